@@ -23,6 +23,10 @@ class LocalEnvConfig:
     object_store_mib: int = 100
     front_door_port: int = 8000
     replica_base_port: int = 8100
+    # Shifts every Ray port, so a second environment (the tests') can run beside a first.
+    port_slot: int = 0
+    # Appended to every replica's vLLM command line (e.g. ("--max-num-seqs", "64")).
+    vllm_extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = 300.0
     model: TinyModelSpec = field(default_factory=TinyModelSpec)
 
@@ -60,6 +64,8 @@ class LocalEnvConfig:
         for knob, port in (("front_door_port", self.front_door_port), ("replica_base_port", self.replica_base_port)):
             if not 1024 <= port <= 65000:
                 raise ConfigError(f"{knob} must be between 1024 and 65000, got {port}")
+        if self.port_slot not in (0, 1):
+            raise ConfigError(f"port_slot must be 0 or 1, got {self.port_slot}")
         if self.object_store_mib < 80:
             raise ConfigError(f"object_store_mib must be at least 80 (Ray's minimum), got {self.object_store_mib}")
         if self.ready_timeout_s <= 0:

@@ -126,6 +126,9 @@ class LocalEnvironment:
         self.config = config or LocalEnvConfig()
         self.state_dir = (state_dir or local_env_dir()).resolve()
         self._progress = progress or _no_progress
+        # The id of the environment this object last started: lets a caller check, after a
+        # failed start, that nothing carrying it survived.
+        self.env_id: str | None = None
 
     # -- attach -----------------------------------------------------------------------------
     def is_recorded(self) -> bool:
@@ -170,6 +173,7 @@ class LocalEnvironment:
             model_dir=str(model_path),
             served_model_name=SERVED_MODEL_NAME,
         )
+        self.env_id = state.env_id
         # Recorded before the first process starts, so `env down` can always find them.
         state.save()
         started = time.monotonic()
@@ -213,7 +217,7 @@ class LocalEnvironment:
             object_store_bytes=cfg.object_store_mib * 1024 * 1024,
         )
         self._progress("starting the Ray head node")
-        head = start_node(head_spec, "", state.ray_temp_dir, env, state.logs_dir)
+        head = start_node(head_spec, "", state.ray_temp_dir, env, state.logs_dir, cfg.port_slot)
         state.nodes.append(head)
         state.ray_address = f"{NODE_IP}:{head.ports.gcs}"
         state.dashboard_url = f"http://127.0.0.1:{head.ports.dashboard}"
@@ -223,7 +227,10 @@ class LocalEnvironment:
         # together pick the same Unix socket name (measured: the second aborts on bind).
         for index in range(1, cfg.workers + 1):
             self._progress(f"starting Ray worker node {index}/{cfg.workers}")
-            state.nodes.append(start_node(worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir))
+            node = start_node(
+                worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir, cfg.port_slot
+            )
+            state.nodes.append(node)
             state.save()
             self.wait_for_alive_nodes(state, index + 1, timeout_s=60)
 
@@ -262,6 +269,7 @@ class LocalEnvironment:
             state_dir=str(self.state_dir),
             max_slots=cfg.workers,
             startup_timeout_s=cfg.ready_timeout_s,
+            extra_args=cfg.vllm_extra_args,
         )
         ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
         # Serve logs its progress at INFO to stdout; our own progress line says the same.

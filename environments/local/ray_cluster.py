@@ -32,13 +32,18 @@ NODE_RESOURCE_PREFIX = "inferchaos_node_"
 # Ray replaces 127.0.0.1 and "localhost" with the host's outward address, but takes any other
 # loopback address as it is: this keeps every byte of the cluster's traffic on loopback.
 NODE_IP = "127.0.0.2"
-# Ports sit below the kernel's ephemeral range (32768+), which Ray's own processes draw from
-# when they bind port 0: a port picked from that range beforehand can be taken in between.
+# Worker-process ports sit below the kernel's ephemeral range (32768+) and service ports
+# above it (61000+): Ray's own processes bind port 0 and draw from that range, so a port
+# picked from it beforehand can be taken in between. A `port_slot` shifts every port, so
+# two environments (a developer's and the tests') can run side by side.
 WORKER_PORT_BASE = 10000
-WORKER_PORT_SPAN = 1000
-SERVICE_PORT_BASE = 24000
+WORKER_PORT_SPAN = 800
+WORKER_PORTS_PER_SLOT = 11000
+SERVICE_PORT_BASE = 61000
 SERVICE_PORTS_PER_NODE = 10
+SERVICE_PORTS_PER_SLOT = 200
 MAX_NODE_INDEX = 12
+MAX_PORT_SLOT = 1
 
 
 @dataclass(frozen=True)
@@ -76,16 +81,19 @@ def ray_process_env(env_id: str, token: str, state_dir: Path) -> dict[str, str]:
     return env
 
 
-def allocate_ports(index: int, is_head: bool) -> NodePorts:
+def allocate_ports(index: int, is_head: bool, port_slot: int = 0) -> NodePorts:
     """Ports for node ``index``: a block of service ports and a disjoint worker-port range."""
     if not 0 <= index <= MAX_NODE_INDEX:
         raise EnvironmentStartError(f"node index {index} is out of range; at most {MAX_NODE_INDEX} workers over time")
-    base = SERVICE_PORT_BASE + index * SERVICE_PORTS_PER_NODE
+    base = SERVICE_PORT_BASE + port_slot * SERVICE_PORTS_PER_SLOT + index * SERVICE_PORTS_PER_NODE
     block = list(range(base, base + SERVICE_PORTS_PER_NODE))
     taken = [p for p in block if not port_is_free(p)]
     if taken:
-        raise EnvironmentStartError(f"ports {taken} for Ray node {index} are already in use on 127.0.0.1")
-    min_worker = WORKER_PORT_BASE + index * WORKER_PORT_SPAN
+        raise EnvironmentStartError(
+            f"ports {taken} for Ray node {index} are already in use on 127.0.0.1 "
+            "(another environment with the same port_slot?)"
+        )
+    min_worker = WORKER_PORT_BASE + port_slot * WORKER_PORTS_PER_SLOT + index * WORKER_PORT_SPAN
     ports = NodePorts(
         node_manager=block[0],
         object_manager=block[1],
@@ -134,10 +142,10 @@ def ray_start_argv(spec: NodeSpec, ports: NodePorts, gcs_address: str, temp_dir:
 
 
 def start_node(
-    spec: NodeSpec, gcs_address: str, temp_dir: str, env: dict[str, str], logs_dir: Path
+    spec: NodeSpec, gcs_address: str, temp_dir: str, env: dict[str, str], logs_dir: Path, port_slot: int = 0
 ) -> RayNodeRecord:
     """Start one node as its own process group and return its record (not yet waited on)."""
-    ports = allocate_ports(spec.index, spec.is_head)
+    ports = allocate_ports(spec.index, spec.is_head, port_slot)
     if spec.is_head:
         gcs_address = f"{NODE_IP}:{ports.gcs}"
     log_path = logs_dir / f"ray-{spec.name}.log"
@@ -187,7 +195,9 @@ def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
     """Start a replacement (or extra) worker node, as an autoscaler would, and record it."""
     index = next_worker_index(state)
     env = ray_process_env(state.env_id, token, Path(state.state_dir))
-    record = start_node(worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir)
+    record = start_node(
+        worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir, state.config.port_slot
+    )
     state.nodes.append(record)
     state.save()
     return record

@@ -51,6 +51,7 @@ class ReplicaLaunch:
     state_dir: str
     max_slots: int
     startup_timeout_s: float = 240.0
+    extra_args: tuple[str, ...] = ()
 
 
 def vllm_argv(launch: ReplicaLaunch, port: int) -> list[str]:
@@ -65,6 +66,7 @@ def vllm_argv(launch: ReplicaLaunch, port: int) -> list[str]:
         "--kv-cache-memory-bytes", str(launch.kv_cache_bytes),
         "--enforce-eager",
         "--disable-uvicorn-access-log",
+        *launch.extra_args,
     ]  # fmt: skip
 
 
@@ -129,7 +131,7 @@ class VLLMReplica:
     """One Serve replica: one vLLM server, one logical GPU."""
 
     def __init__(self, launch: dict[str, Any]) -> None:
-        self._launch = ReplicaLaunch(**launch)
+        self._launch = ReplicaLaunch(**{**launch, "extra_args": tuple(launch.get("extra_args", ()))})
         replicas_dir = Path(self._launch.state_dir) / "replicas"
         self._replicas_dir = replicas_dir
         self._slot, self._slot_fd = claim_slot(replicas_dir, self._launch.max_slots)

@@ -106,7 +106,9 @@ class LocalEnvState:
         except json.JSONDecodeError as e:
             raise EnvironmentNotUp(f"the state file {path} is corrupt ({e}); run `inferchaos env down`") from e
         cfg = data["config"]
-        data["config"] = LocalEnvConfig(**{**cfg, "model": TinyModelSpec(**cfg["model"])})
+        data["config"] = LocalEnvConfig(
+            **{**cfg, "model": TinyModelSpec(**cfg["model"]), "vllm_extra_args": tuple(cfg.get("vllm_extra_args", ()))}
+        )
         data["nodes"] = [RayNodeRecord.from_dict(n) for n in data["nodes"]]
         return cls(**data)
 

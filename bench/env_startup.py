@@ -1,0 +1,92 @@
+"""How long the local environment takes to come up, and what it costs in memory.
+
+Prints, measured side by side in one run:
+- the cold start of one vLLM replica on its own (server start to /health 200);
+- the time to ready of the whole environment (Ray head + workers + replicas + front door);
+- their ratio: replicas start in parallel, so the target is at most 1.3;
+- the total RSS of the running environment at rest (target at most 8 GiB).
+
+Run: .venv/bin/python bench/env_startup.py   (about 2-3 minutes on 2 cores)
+It uses a private state folder and port slot 1, so a running environment is not disturbed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from environments.local.config import LocalEnvConfig
+from environments.local.env import LocalEnvironment
+from environments.local.model import ensure_model
+from environments.local.processes import (
+    ENV_MARKER,
+    free_port,
+    kill_tree_now,
+    processes_with_marker,
+    spawn_process_group,
+)
+from environments.local.serve_app import ReplicaLaunch, vllm_argv, vllm_env
+
+
+def cold_start_one_replica(config: LocalEnvConfig, home: Path) -> float:
+    """Start one vLLM server exactly as a replica does, alone, and time it to /health 200."""
+    model = ensure_model(config.model)
+    port = free_port()
+    launch = ReplicaLaunch(
+        model_dir=str(model),
+        served_model_name="tiny-llama",
+        max_model_len=config.model.max_model_len,
+        kv_cache_bytes=config.kv_cache_bytes,
+        base_port=port,
+        state_dir=str(home),
+        max_slots=1,
+    )
+    env = {**vllm_env(), ENV_MARKER: "bench-cold-start"}
+    started = time.monotonic()
+    pid = spawn_process_group(vllm_argv(launch, port), env, home / "cold-start.log")
+    try:
+        while time.monotonic() - started < 300:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise SystemExit("vLLM did not become healthy within 300 s; see cold-start.log")
+    finally:
+        kill_tree_now(pid)
+        for proc in processes_with_marker("bench-cold-start"):
+            proc.kill()
+
+
+def main() -> None:
+    home = Path(tempfile.mkdtemp(prefix="inferchaos-bench-"))
+    os.environ["INFERCHAOS_HOME"] = str(home)
+    config = LocalEnvConfig(port_slot=1, front_door_port=free_port(), replica_base_port=8400)
+    ensure_model(config.model)  # generated once, outside both timings
+
+    cold = cold_start_one_replica(config, home)
+    environment = LocalEnvironment(config, state_dir=home / "env" / "local", progress=lambda m: None)
+    started = time.monotonic()
+    environment.up()
+    ready = time.monotonic() - started
+    try:
+        time.sleep(5)  # let start-up work settle before reading memory at rest
+        state = environment.load_state()
+        procs = processes_with_marker(state.env_id)
+        rss = sum(p.memory_info().rss for p in procs)
+    finally:
+        environment.down()
+
+    print(f"replica cold start (alone)      : {cold:7.1f} s")
+    print(f"environment ready (all parts)   : {ready:7.1f} s   (target <= 120 s)")
+    print(f"ready / one replica cold start  : {ready / cold:7.2f}     (target <= 1.3)")
+    print(f"environment RSS at rest         : {rss / 2**30:7.2f} GiB ({len(procs)} processes; target <= 8 GiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""One real local environment (Ray + vLLM) per test session, shared by every integration test.
+
+It runs in a private INFERCHAOS_HOME on port slot 1, so a developer's own environment
+(slot 0, port 8000) can keep running beside the tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from environments.local.config import LocalEnvConfig
+from environments.local.env import LocalEnvironment
+from environments.local.processes import free_port
+
+TEST_REPLICA_BASE_PORT = 8300
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that take the shared environment down run after every test that needs it up."""
+    items.sort(key=lambda item: item.get_closest_marker("env_teardown") is not None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "env_teardown: takes the shared environment down; runs last")
+
+
+@pytest.fixture(scope="session")
+def integration_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("inferchaos-home")
+    previous = os.environ.get("INFERCHAOS_HOME")
+    os.environ["INFERCHAOS_HOME"] = str(home)
+    yield home
+    if previous is None:
+        os.environ.pop("INFERCHAOS_HOME", None)
+    else:
+        os.environ["INFERCHAOS_HOME"] = previous
+
+
+@pytest.fixture(scope="session")
+def env_config() -> LocalEnvConfig:
+    return LocalEnvConfig(port_slot=1, front_door_port=free_port(), replica_base_port=TEST_REPLICA_BASE_PORT)
+
+
+@pytest.fixture(scope="session")
+def local_env(integration_home: Path, env_config: LocalEnvConfig) -> Iterator[LocalEnvironment]:
+    """The shared real environment, up once; always taken down at the end of the session."""
+    environment = LocalEnvironment(env_config, state_dir=integration_home / "env" / "local", progress=print)
+    environment.up()
+    try:
+        yield environment
+    finally:
+        environment.down()

@@ -1,0 +1,56 @@
+"""`env down` leaves nothing behind, and a failed `env up` tears itself down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+
+from environments.local.config import LocalEnvConfig
+from environments.local.env import LocalEnvironment
+from environments.local.processes import processes_with_marker
+from inferchaos.errors import EnvironmentStartError
+
+pytestmark = [pytest.mark.integration, pytest.mark.env_teardown]
+
+
+def _processes_under(path: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(path in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_env_down_from_the_cli_leaves_no_process(local_env: LocalEnvironment, integration_home: Path) -> None:
+    state = local_env.load_state()
+    assert processes_with_marker(state.env_id), "the environment should be running before down"
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", "env", "down"],
+        env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert processes_with_marker(state.env_id) == []
+    assert _processes_under(state.ray_temp_dir) == []
+    assert not local_env.is_recorded()
+    assert not Path(state.ray_temp_dir).exists()
+
+
+def test_failed_replica_start_is_reported_and_torn_down(
+    env_config: LocalEnvConfig, integration_home: Path
+) -> None:
+    # --max-num-seqs 0 makes every vLLM server exit during start-up.
+    broken = replace(env_config, replicas=1, workers=1, vllm_extra_args=("--max-num-seqs", "0"))
+    environment = LocalEnvironment(broken, state_dir=integration_home / "env" / "broken")
+    with pytest.raises(EnvironmentStartError, match="replica-0"):
+        environment.up()
+    assert not environment.is_recorded()
+    assert environment.env_id and processes_with_marker(environment.env_id) == []

@@ -1,0 +1,65 @@
+"""Processes of an environment are found and ended by pid, even when they escaped their parent."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from environments.local.processes import (
+    ENV_MARKER,
+    end_processes,
+    kill_tree_now,
+    pid_alive,
+    processes_with_marker,
+    spawn_process_group,
+)
+
+# A parent that starts a child in a new session (as Ray starts workers) and sleeps.
+TREE = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+    "time.sleep(60)"
+)
+
+
+def _spawn_tree(tmp_path: Path, marker: str) -> int:
+    env = {**os.environ, ENV_MARKER: marker}
+    pid = spawn_process_group([sys.executable, "-c", TREE], env, tmp_path / "tree.log")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(processes_with_marker(marker)) < 2:
+        time.sleep(0.05)
+    return pid
+
+
+def test_spawned_process_leads_its_own_group(tmp_path: Path) -> None:
+    pid = _spawn_tree(tmp_path, "test-group")
+    try:
+        assert os.getpgid(pid) == pid
+        assert os.getsid(pid) == pid
+    finally:
+        kill_tree_now(pid)
+
+
+def test_kill_tree_now_ends_children_in_other_process_groups(tmp_path: Path) -> None:
+    pid = _spawn_tree(tmp_path, "test-kill-tree")
+    tree = processes_with_marker("test-kill-tree")
+    assert len(tree) == 2
+    killed = kill_tree_now(pid)
+    assert set(killed) == {p.pid for p in tree}
+    psutil.wait_procs(tree, timeout=5)
+    assert not any(pid_alive(p.pid) for p in tree)
+
+
+def test_marker_finds_an_orphan_and_end_processes_ends_it(tmp_path: Path) -> None:
+    pid = _spawn_tree(tmp_path, "test-orphan")
+    # Kill only the parent: the child is orphaned, as a vLLM worker is when its server dies.
+    os.kill(pid, 9)
+    psutil.wait_procs([psutil.Process(pid)], timeout=5) if pid_alive(pid) else None
+    orphans = processes_with_marker("test-orphan")
+    assert len(orphans) == 1 and orphans[0].pid != pid
+    end_processes(orphans, grace_s=2)
+    assert processes_with_marker("test-orphan") == []
