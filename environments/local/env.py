@@ -37,13 +37,14 @@ from environments.local.ray_cluster import (
     NODE_IP,
     NODE_RESOURCE_PREFIX,
     NodeSpec,
+    add_worker_node,
     ray_process_env,
     start_node,
     wait_for_head,
     worker_spec,
 )
 from environments.local.replica_slots import ReplicaRecord, read_records
-from environments.local.state import STATE_FILE, LocalEnvState, write_token
+from environments.local.state import STATE_FILE, LocalEnvState, RayNodeRecord, write_token
 from inferchaos.errors import EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
 
@@ -337,6 +338,38 @@ class LocalEnvironment:
             self._progress(f"waiting for the front door at {state.front_door_url} ({last})")
             time.sleep(1.0)
         raise EnvironmentStartError(f"the front door {state.front_door_url} did not answer: {last}")
+
+    # -- clients ----------------------------------------------------------------------------
+    def connect_ray(self) -> None:
+        """Make this process a driver of the environment's cluster (once per process)."""
+        import ray
+
+        state = self.load_state()
+        use_ray_auth(state)
+        if ray.is_initialized():
+            return
+        ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
+
+    def ray_nodes(self) -> list[NodeStatus]:
+        """Ray's view of the nodes, DEAD ones included."""
+        return list_ray_nodes(self.load_state())
+
+    def replica_records(self) -> list[ReplicaRecord]:
+        """What each replica published about itself (stopped ones left out)."""
+        return [r for r in read_records(self.load_state().replicas_dir) if r.state != "stopped"]
+
+    def add_worker(self) -> RayNodeRecord:
+        """Start a replacement worker node with the configured resources, as an autoscaler would."""
+        state = self.load_state()
+        return add_worker_node(state, state.read_token())
+
+    def mark_node_lost(self, name: str) -> None:
+        """Record that a node was killed, so it is never targeted (or waited for) again."""
+        state = self.load_state()
+        for node in state.nodes:
+            if node.name == name:
+                node.lost = True
+        state.save()
 
     # -- down -------------------------------------------------------------------------------
     def down(self) -> list[int]:

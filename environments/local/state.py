@@ -46,6 +46,8 @@ class RayNodeRecord:
     num_gpus: int
     ports: NodePorts
     log_path: str
+    # Set when a fault killed the node: its processes are gone and it must not be targeted again.
+    lost: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayNodeRecord:

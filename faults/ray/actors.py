@@ -1,0 +1,254 @@
+"""Actor leak: an application bug that keeps creating resource-holding actors and never kills them.
+
+The leaky workload runs in the background of the injecting process, creating detached actors
+of a named class at a given rate, so the leak outlives a crashed runner just as a real one
+outlives its job. Every actor id is written to the ledger as soon as the actor exists, and
+every actor is named ``ic-leak-<handle>-<n>``, so revert (or `inferchaos cleanup` after a
+crash) kills exactly the actors the leak created, and no others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from faults.ledger import Ledger
+from faults.ray.common import free_gpus, param, reject_unknown, require_local, wait_until
+from faults.registry import register
+from inferchaos.errors import ConfigError
+from inferchaos.layers import Layer
+
+logger = logging.getLogger(__name__)
+
+LEAK_NAMESPACE = "inferchaos-leak"
+PARAMS = {"class_name", "num_gpus", "num_cpus", "rate_per_s", "count", "max_actors", "settle_s"}
+DEFAULT_MAX_ACTORS = 16
+
+
+class LeakyWorker:
+    """What a leaked actor is: it holds its resources and does nothing."""
+
+    def ping(self) -> str:
+        return "leaked"
+
+
+def _gpu_probe_task() -> float:
+    """A task that needs one GPU: it pends while the leak holds them all."""
+    return time.time()
+
+
+def _actor_name(handle_id: str, index: int) -> str:
+    return f"ic-leak-{handle_id}-{index}"
+
+
+def _kill_actor(actor_id: str) -> bool:
+    """Kill one actor by id; False when it is already gone."""
+    import ray
+    from ray.util.state import get_actor
+
+    info = get_actor(actor_id)
+    if info is None or info.state == "DEAD":
+        return False
+    try:
+        ray.kill(ray.get_actor(info.name, namespace=LEAK_NAMESPACE), no_restart=True)
+    except ValueError:
+        return False  # died between the lookup and the kill
+    return True
+
+
+@register
+class LeakActors(Fault):
+    """Create actors of one class at a rate, holding GPUs/CPUs, and never kill them."""
+
+    name = "leak_actors"
+    layer = Layer.RAY
+
+    def __init__(self) -> None:
+        self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._probe_refs: dict[str, Any] = {}
+
+    def _params(self, env: Any, params: dict[str, Any]) -> dict[str, Any]:
+        reject_unknown(params, PARAMS, self.name)
+        num_gpus = param(params, "num_gpus", float, 1.0, self.name)
+        num_cpus = param(params, "num_cpus", float, 0.0, self.name)
+        rate = param(params, "rate_per_s", float, 2.0, self.name)
+        max_actors = param(params, "max_actors", int, DEFAULT_MAX_ACTORS, self.name)
+        class_name = param(params, "class_name", str, "LeakyWorker", self.name)
+        if num_gpus < 0 or num_cpus < 0 or (num_gpus == 0 and num_cpus == 0):
+            raise ConfigError("leak_actors: each leaked actor must hold some num_gpus or num_cpus")
+        if rate <= 0:
+            raise ConfigError(f"leak_actors: rate_per_s must be positive, got {rate}")
+        count = param(params, "count", int, None, self.name)
+        if count is None:
+            # Enough to take every free GPU, plus one that must pend: the leak's signature.
+            free = free_gpus(env)
+            count = int(free // num_gpus) + 1 if num_gpus else 4
+        if count < 1:
+            raise ConfigError(f"leak_actors: count must be at least 1, got {count}")
+        if count > max_actors:
+            raise ConfigError(f"leak_actors: {count} actors exceed max_actors {max_actors} (blast radius)")
+        return {
+            "class_name": class_name,
+            "num_gpus": num_gpus,
+            "num_cpus": num_cpus,
+            "rate_per_s": rate,
+            "count": count,
+            "settle_s": param(params, "settle_s", float, 20.0, self.name),
+        }
+
+    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+        env = require_local(env, self.name)
+        p = self._params(env, params)
+        return FaultPlan(
+            fault=self.name,
+            layer=self.layer,
+            description=(
+                f"create {p['count']} detached actors of class {p['class_name']} at {p['rate_per_s']:g}/s, "
+                f"each holding {p['num_gpus']:g} GPU and {p['num_cpus']:g} CPU, and never kill them; "
+                "revert kills exactly those actors"
+            ),
+            targets=[f"ray-actors:{p['class_name']}x{p['count']}", f"ray-namespace:{LEAK_NAMESPACE}"],
+            params=p,
+        )
+
+    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
+        env = require_local(env, self.name)
+        p = self._params(env, params)
+        handle = FaultHandle(fault=self.name, layer=self.layer, params=p, env=env.name, state={"actor_ids": []})
+        ledger.record(handle)
+        env.connect_ray()
+        stop = threading.Event()
+        thread = threading.Thread(target=self._leak, args=(handle, ledger, stop), name=f"leak-{handle.id}", daemon=True)
+        handle.injected_at = time.time()
+        ledger.record(handle)
+        thread.start()
+        self._threads[handle.id] = (thread, stop)
+        # Wait (bounded) until the leaked actors that can get resources are ALIVE (their worker
+        # processes take seconds to start), then leave a GPU task pending behind them.
+        free = free_gpus(env)
+        can_start = min(p["count"], int(free // p["num_gpus"])) if p["num_gpus"] else p["count"]
+        budget = p["settle_s"] + p["count"] / p["rate_per_s"]
+        handle.state["leak_settled_at"] = wait_until(lambda: self._alive(handle) >= can_start, budget, 0.5)
+        if p["num_gpus"] > 0:
+            handle.state["gpus_exhausted_at"] = wait_until(lambda: free_gpus(env) == 0, p["settle_s"], 0.5)
+            self._submit_probe_task(handle)
+            # The state API learns of a task from events flushed about once a second.
+            wait_until(lambda: self._task_state(handle) == "PENDING_NODE_ASSIGNMENT", 10.0, 0.5)
+        ledger.record(handle)
+        return handle
+
+    def _leaked(self, handle: FaultHandle) -> list[Any]:
+        from ray.util.state import list_actors
+
+        prefix = f"ic-leak-{handle.id}-"
+        actors = list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)], limit=10_000, raise_on_missing_output=False)
+        return [a for a in actors if (a.name or "").startswith(prefix)]
+
+    def _alive(self, handle: FaultHandle) -> int:
+        return sum(1 for a in self._leaked(handle) if a.state == "ALIVE")
+
+    def _task_state(self, handle: FaultHandle) -> str | None:
+        from ray.util.state import list_tasks
+
+        task_id = handle.state.get("probe_task_id")
+        if not task_id:
+            return None
+        tasks = list_tasks(filters=[("task_id", "=", task_id)], raise_on_missing_output=False)
+        return tasks[0].state if tasks else "UNKNOWN"
+
+    def _leak(self, handle: FaultHandle, ledger: Ledger, stop: threading.Event) -> None:
+        import ray
+
+        p = handle.params
+        leaky = type(p["class_name"], (LeakyWorker,), {"__module__": __name__})
+        remote_cls = ray.remote(num_gpus=p["num_gpus"], num_cpus=p["num_cpus"])(leaky)
+        for index in range(p["count"]):
+            if stop.is_set():
+                return
+            actor = remote_cls.options(
+                name=_actor_name(handle.id, index), namespace=LEAK_NAMESPACE, lifetime="detached"
+            ).remote()
+            handle.state["actor_ids"].append(actor._actor_id.hex())
+            ledger.record(handle)
+            stop.wait(1.0 / p["rate_per_s"])
+
+    def _submit_probe_task(self, handle: FaultHandle) -> None:
+        import ray
+
+        ref = ray.remote(num_gpus=1, num_cpus=0)(_gpu_probe_task).remote()
+        self._probe_refs[handle.id] = ref
+        handle.state["probe_task_id"] = ref.task_id().hex()
+        handle.state["probe_submitted_at"] = time.time()
+
+    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
+        env = require_local(env, self.name)
+        env.connect_ray()
+        thread_stop = self._threads.pop(handle.id, None)
+        if thread_stop is not None:
+            thread, stop = thread_stop
+            stop.set()
+            thread.join(timeout=10)
+        from ray.util.state import list_actors
+
+        # Ids from the ledger, plus any actor named for this handle whose id a crash lost.
+        ids = set(handle.state.get("actor_ids", []))
+        prefix = f"ic-leak-{handle.id}-"
+        for actor in list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)], limit=10_000, raise_on_missing_output=False):
+            if (actor.name or "").startswith(prefix) and actor.state != "DEAD":
+                ids.add(actor.actor_id)
+        killed = [actor_id for actor_id in sorted(ids) if _kill_actor(actor_id)]
+        handle.reverted_at = handle.reverted_at or time.time()
+        handle.state["killed_actor_ids"] = sorted(set(handle.state.get("killed_actor_ids", [])) | set(killed))
+        ledger.record(handle)
+        ledger.remove(handle.id)
+
+    def probe_task_ran(self, handle: FaultHandle, timeout_s: float) -> float | None:
+        """Wait for the GPU probe task; the time it ran, or None if it still pends."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        ref = self._probe_refs.get(handle.id)
+        if ref is None:
+            return None
+        try:
+            return float(ray.get(ref, timeout=timeout_s))
+        except GetTimeoutError:
+            return None
+
+    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+        env = require_local(env, self.name)
+        env.connect_ray()
+        leaked = self._leaked(handle)
+        alive = sum(1 for a in leaked if a.state == "ALIVE")
+        pending_actors = sum(1 for a in leaked if a.state in ("PENDING_CREATION", "DEPENDENCIES_UNREADY"))
+        probe_state = self._task_state(handle)
+        gpus_free = free_gpus(env)
+        exhausted = handle.state.get("gpus_exhausted_at") is not None
+        bit = alive >= 1 and (exhausted or handle.params["num_gpus"] == 0)
+        symptoms = {
+            "class": handle.params["class_name"],
+            "actors_created": len(handle.state.get("actor_ids", [])),
+            "actors_alive": alive,
+            "actors_pending_creation": pending_actors,
+            "gpus_free_now": gpus_free,
+            "gpus_exhausted": exhausted,
+            "probe_task_state": probe_state,
+        }
+        timestamps = {
+            k: v
+            for k, v in {
+                "injected_at": handle.injected_at,
+                "gpus_exhausted_at": handle.state.get("gpus_exhausted_at"),
+                "reverted_at": handle.reverted_at,
+            }.items()
+            if v
+        }
+        reason = (
+            f"{alive} {handle.params['class_name']} actors ALIVE, free GPUs fell to 0, GPU task {probe_state}"
+            if bit
+            else "the leaked actors did not take the free GPUs"
+        )
+        return Evidence(bit=bit, reason=reason, symptoms=symptoms, timestamps=timestamps)

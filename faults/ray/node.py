@@ -1,0 +1,186 @@
+"""Node loss: SIGKILL a worker node's whole process tree, as a machine loss looks to Ray.
+
+The raylet, its worker processes and the vLLM replica they host all die in one sweep.
+Revert starts a replacement worker with the same resources, as an autoscaler or Kubernetes
+would; Serve's controller then re-places the lost replica on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import httpx
+
+from environments.local.processes import kill_tree_now
+from environments.local.state import RayNodeRecord
+from faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from faults.ledger import Ledger
+from faults.ray.common import RayEnvironment, param, reject_unknown, require_local, wait_until
+from faults.registry import register
+from inferchaos.errors import ConfigError
+from inferchaos.layers import Layer
+
+logger = logging.getLogger(__name__)
+
+PARAMS = {"node_id", "replica", "seed", "allow_total_outage", "max_nodes", "wait_dead_s"}
+
+
+def _endpoint_answers(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=1.0)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+@register
+class KillNode(Fault):
+    """SIGKILL every process of one Ray worker node."""
+
+    name = "kill_node"
+    layer = Layer.RAY
+
+    def _resolve(self, env: RayEnvironment, params: dict[str, Any]) -> tuple[RayNodeRecord, str]:
+        reject_unknown(params, PARAMS, self.name)
+        node_id = param(params, "node_id", str, None, self.name)
+        replica = params.get("replica")
+        seed = param(params, "seed", int, None, self.name)
+        state = env.load_state()
+        live = [n for n in state.nodes if not n.lost]
+        ray_nodes = {n.name: n for n in env.ray_nodes() if n.alive}
+        if node_id is not None:
+            names = [name for name, n in ray_nodes.items() if n.node_id == node_id]
+            if not names:
+                raise ConfigError(f"kill_node: no ALIVE Ray node has id {node_id!r}")
+            target_name = names[0]
+        elif replica is not None:
+            wanted = f"replica-{replica}" if isinstance(replica, int) and not isinstance(replica, bool) else str(replica)
+            records = [r for r in env.replica_records() if r.name == wanted]
+            if not records:
+                raise ConfigError(f"kill_node: no replica named {wanted!r}")
+            hosts = [name for name, n in ray_nodes.items() if n.node_id == records[0].node_id]
+            if not hosts:
+                raise ConfigError(f"kill_node: the node hosting {wanted} is not ALIVE")
+            target_name = hosts[0]
+        else:
+            workers = sorted(n.name for n in live if not n.is_head and n.name in ray_nodes)
+            if not workers:
+                raise ConfigError("kill_node: no ALIVE worker node to choose from")
+            target_name = random.Random(seed).choice(workers)
+        record = next((n for n in live if n.name == target_name), None)
+        if record is None:
+            raise ConfigError(f"kill_node: node {target_name!r} is not one this environment started")
+        if record.is_head:
+            raise ConfigError("kill_node: refusing the head node: it runs the GCS, the driver's connection and the front door")
+        return record, ray_nodes[target_name].node_id
+
+    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+        env = require_local(env, self.name)
+        max_nodes = param(params, "max_nodes", int, 1, self.name)
+        if max_nodes < 1:
+            raise ConfigError(f"kill_node: max_nodes {max_nodes} allows no node to be killed")
+        param(params, "wait_dead_s", float, 15.0, self.name)
+        record, node_id = self._resolve(env, params)
+        replicas = env.replica_records()
+        hit = [r.name for r in replicas if r.node_id == node_id]
+        survivors = [r.name for r in replicas if r.node_id != node_id and r.state == "healthy"]
+        if not survivors and not param(params, "allow_total_outage", bool, False, self.name):
+            raise ConfigError(
+                f"kill_node: killing {record.name} would leave no healthy replica; set allow_total_outage to allow it"
+            )
+        return FaultPlan(
+            fault=self.name,
+            layer=self.layer,
+            description=f"SIGKILL every process of Ray worker node {record.name} ({node_id[:12]}), "
+            f"hosting {', '.join(hit) or 'no replica'}; revert starts a replacement worker",
+            targets=[f"ray-node:{record.name}:{node_id}", f"process-tree:{record.pid}", *[f"replica:{r}" for r in hit]],
+            params=params,
+        )
+
+    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
+        env = require_local(env, self.name)
+        self.plan(env, params)
+        record, node_id = self._resolve(env, params)
+        hit = [r for r in env.replica_records() if r.node_id == node_id]
+        handle = FaultHandle(
+            fault=self.name,
+            layer=self.layer,
+            params=params,
+            env=env.name,
+            state={
+                "node_name": record.name,
+                "node_id": node_id,
+                "pid": record.pid,
+                "replicas": [r.name for r in hit],
+                "replica_urls": {r.name: r.url for r in hit},
+            },
+        )
+        ledger.record(handle)
+        killed = kill_tree_now(record.pid)
+        handle.injected_at = time.time()
+        handle.state["killed_pids"] = killed
+        handle.state["killed_at"] = handle.injected_at
+        env.mark_node_lost(record.name)
+        ledger.record(handle)
+        logger.info("killed node %s: %d processes", record.name, len(killed))
+
+        wait_s = param(params, "wait_dead_s", float, 15.0, self.name)
+        dead_at = wait_until(lambda: any(n.node_id == node_id and not n.alive for n in env.ray_nodes()), wait_s, 0.2)
+        handle.state["node_dead_at"] = dead_at
+        gone_at = {name: wait_until(lambda u=url: not _endpoint_answers(u), 5.0, 0.2) for name, url in handle.state["replica_urls"].items()}
+        handle.state["replica_unreachable_at"] = gone_at
+        ledger.record(handle)
+        return handle
+
+    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
+        env = require_local(env, self.name)
+        replacement = handle.state.get("replacement")
+        alive = {n.name for n in env.ray_nodes() if n.alive} if replacement else set()
+        if replacement is None or replacement not in alive:
+            record = env.add_worker()
+            handle.state["replacement"] = record.name
+            handle.reverted_at = time.time()
+            ledger.record(handle)
+            logger.info("started replacement worker %s for %s", record.name, handle.state["node_name"])
+        ledger.remove(handle.id)
+
+    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+        env = require_local(env, self.name)
+        node_id = handle.state["node_id"]
+        nodes = env.ray_nodes()
+        marked_dead = any(n.node_id == node_id and not n.alive for n in nodes)
+        records = {r.name: r for r in env.replica_records()}
+        alive_ids = {n.node_id for n in nodes if n.alive}
+        back = {
+            name: bool(rec and rec.state == "healthy" and rec.node_id in alive_ids and rec.node_id != node_id)
+            for name in handle.state["replicas"]
+            for rec in [records.get(name)]
+        }
+        timestamps = {
+            "killed_at": handle.state["killed_at"],
+            **({"node_dead_at": handle.state["node_dead_at"]} if handle.state.get("node_dead_at") else {}),
+        }
+        for name in handle.state["replicas"]:
+            rec = records.get(name)
+            if back.get(name) and rec is not None and rec.ready_at:
+                timestamps[f"{name}_healthy_at"] = rec.ready_at
+        dead_at = handle.state.get("node_dead_at")
+        unreachable = {k: v is not None for k, v in handle.state.get("replica_unreachable_at", {}).items()}
+        bit = marked_dead and all(unreachable.values())
+        symptoms = {
+            "node": handle.state["node_name"],
+            "node_marked_dead": marked_dead,
+            "node_dead_after_s": round(dead_at - handle.state["killed_at"], 2) if dead_at else None,
+            "replica_endpoint_unreachable": unreachable,
+            "replica_back_on_live_node": back,
+            "replacement_node": handle.state.get("replacement"),
+        }
+        reason = (
+            f"Ray marked {handle.state['node_name']} DEAD and its replica stopped answering"
+            if bit
+            else f"node {handle.state['node_name']} was not marked DEAD or its replica kept answering"
+        )
+        return Evidence(bit=bit, reason=reason, symptoms=symptoms, timestamps=timestamps)

@@ -1,0 +1,133 @@
+"""Ray-layer probe: nodes, resources, actors, tasks and placement groups.
+
+Nodes, actors and tasks come from Ray's state API (the dashboard of ``ray[default]``);
+available resources and the placement-group table (which carries each group's strategy)
+come from the GCS through this process's driver connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from inferchaos.errors import ProbeError
+from inferchaos.layers import Layer
+from steady_state.base import Sample
+
+logger = logging.getLogger(__name__)
+
+STATE_API_LIMIT = 10_000
+PENDING_TASK_STATES = ("PENDING_NODE_ASSIGNMENT", "PENDING_ARGS_AVAIL", "PENDING_ACTOR_TASK_ARGS_AVAILABLE")
+
+
+@dataclass
+class RaySnapshot:
+    """Plain numbers read from one Ray cluster at one instant."""
+
+    nodes_alive: int
+    nodes_dead: int
+    resources_total: dict[str, float]
+    resources_available: dict[str, float]
+    actors: Counter[tuple[str, str]]  # (state, class) -> count
+    tasks: Counter[str]  # state -> count
+    pgs: Counter[tuple[str, str]]  # (state, strategy) -> count
+    pending_pgs: dict[str, tuple[str, float]] = field(default_factory=dict)  # pg id -> (strategy, age s)
+
+
+class RayProbe:
+    """Reads a Ray cluster through its state API and the driver connection ``connect`` makes."""
+
+    name = "ray"
+    layer = Layer.RAY
+
+    def __init__(self, dashboard_url: str, connect: Callable[[], None]) -> None:
+        self._dashboard_url = dashboard_url
+        self._connect = connect
+        # When each group was first seen PENDING: Ray keeps no such timestamp we can read.
+        self._pending_since: dict[str, float] = {}
+
+    def snapshot(self) -> RaySnapshot:
+        """One blocking read of every Ray fact this probe reports."""
+        from ray.exceptions import RaySystemError
+        from ray.util.state import list_actors, list_nodes, list_tasks
+        from ray.util.state.exception import RayStateApiException
+
+        self._connect()
+        import ray
+
+        try:
+            nodes = list_nodes(address=self._dashboard_url, limit=STATE_API_LIMIT, raise_on_missing_output=False)
+            actors = list_actors(address=self._dashboard_url, limit=STATE_API_LIMIT, raise_on_missing_output=False)
+            # Only tasks not yet finished matter here; finished ones are history.
+            tasks = list_tasks(
+                address=self._dashboard_url,
+                filters=[("state", "!=", "FINISHED")],
+                limit=STATE_API_LIMIT,
+                raise_on_missing_output=False,
+            )
+            total = ray.cluster_resources()
+            available = ray.available_resources()
+            pg_table = ray.util.placement_group_table()
+        except (RayStateApiException, RaySystemError, ConnectionError, OSError) as e:
+            raise ProbeError(f"Ray at {self._dashboard_url} did not answer: {e}") from e
+
+        now = time.monotonic()
+        pgs: Counter[tuple[str, str]] = Counter()
+        pending: dict[str, tuple[str, float]] = {}
+        for pg_id, info in pg_table.items():
+            state, strategy = info["state"], info["strategy"]
+            if state == "REMOVED":
+                self._pending_since.pop(pg_id, None)
+                continue
+            pgs[(state, strategy)] += 1
+            if state in ("PENDING", "RESCHEDULING"):
+                since = self._pending_since.setdefault(pg_id, now)
+                pending[pg_id] = (strategy, now - since)
+            else:
+                self._pending_since.pop(pg_id, None)
+        return RaySnapshot(
+            nodes_alive=sum(1 for n in nodes if n.state == "ALIVE"),
+            nodes_dead=sum(1 for n in nodes if n.state == "DEAD"),
+            resources_total=dict(total),
+            resources_available=dict(available),
+            actors=Counter((a.state, a.class_name) for a in actors),
+            tasks=Counter(t.state for t in tasks),
+            pgs=pgs,
+            pending_pgs=pending,
+        )
+
+    async def read(self) -> list[Sample]:
+        """Samples named as in steady_state/catalog.py (``ray.*``)."""
+        snap = await asyncio.to_thread(self.snapshot)
+        return snapshot_samples(snap)
+
+
+def snapshot_samples(snap: RaySnapshot) -> list[Sample]:
+    """Turn a snapshot into timeline samples."""
+    samples = [
+        Sample("ray.nodes_alive", snap.nodes_alive),
+        Sample("ray.nodes_dead", snap.nodes_dead),
+        Sample("ray.gpus_total", snap.resources_total.get("GPU", 0.0)),
+        Sample("ray.gpus_available", snap.resources_available.get("GPU", 0.0)),
+        Sample("ray.cpus_total", snap.resources_total.get("CPU", 0.0)),
+        Sample("ray.cpus_available", snap.resources_available.get("CPU", 0.0)),
+        Sample("ray.tasks_pending_node_assignment", snap.tasks.get("PENDING_NODE_ASSIGNMENT", 0)),
+        Sample("ray.pending_pgs", len(snap.pending_pgs)),
+    ]
+    alive_by_class: Counter[str] = Counter()
+    for (state, cls), count in sorted(snap.actors.items()):
+        samples.append(Sample("ray.actors", count, {"state": state, "class": cls}))
+        if state == "ALIVE":
+            alive_by_class[cls] += count
+    samples += [Sample("ray.actors_alive", n, {"class": cls}) for cls, n in sorted(alive_by_class.items())]
+    samples += [Sample("ray.tasks", n, {"state": state}) for state, n in sorted(snap.tasks.items())]
+    samples += [Sample("ray.pgs", n, {"state": st, "strategy": sg}) for (st, sg), n in sorted(snap.pgs.items())]
+    samples += [
+        Sample("ray.pg_pending_age_s", round(age, 3), {"pg": pg, "strategy": strategy})
+        for pg, (strategy, age) in sorted(snap.pending_pgs.items())
+    ]
+    return samples

@@ -1,0 +1,141 @@
+"""Ray-layer faults on the real local environment: each bites, reverts cleanly, and recovers."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from environments.local.config import LocalEnvConfig
+from environments.local.env import LocalEnvironment
+from faults.ledger import Ledger
+from faults.ray.actors import LEAK_NAMESPACE, LeakActors
+from faults.ray.node import KillNode
+from faults.ray.placement import StallPlacementGroup
+from steady_state.openai_stream import stream_completion
+
+pytestmark = pytest.mark.integration
+
+
+def _wait(check, timeout_s: float, interval_s: float = 0.5) -> float | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return time.time()
+        time.sleep(interval_s)
+    return None
+
+
+def _free_gpus(env: LocalEnvironment) -> float:
+    import ray
+
+    env.connect_ray()
+    return ray.available_resources().get("GPU", 0.0)
+
+
+def _all_replicas_healthy(env: LocalEnvironment, count: int) -> bool:
+    records = [r for r in env.replica_records() if r.state == "healthy"]
+    if len(records) < count:
+        return False
+    try:
+        return all(httpx.get(f"{r.url}/health", timeout=2).status_code == 200 for r in records)
+    except httpx.HTTPError:
+        return False
+
+
+def test_leak_actors_exhausts_gpus_then_revert_kills_exactly_its_actors(
+    local_env: LocalEnvironment, tmp_path: Path
+) -> None:
+    from ray.util.state import list_actors
+
+    ledger = Ledger(tmp_path / "ledger")
+    fault = LeakActors()
+    free_before = _free_gpus(local_env)
+    handle = fault.inject(local_env, {"rate_per_s": 4.0}, ledger)
+    evidence = fault.evidence(local_env, handle)
+    print("leak evidence:", evidence)
+    assert evidence.bit, evidence.reason
+    assert evidence.symptoms["actors_alive"] == int(free_before)
+    assert evidence.symptoms["gpus_free_now"] == 0
+    assert evidence.symptoms["probe_task_state"] == "PENDING_NODE_ASSIGNMENT"
+    assert not ledger.is_empty(), "the leak must be in the ledger while it is live"
+
+    reverted = time.time()
+    fault.revert(local_env, handle, ledger)
+    ran_at = fault.probe_task_ran(handle, timeout_s=30)
+    assert ran_at is not None, "the GPU task must run once the leak is reverted"
+    print(f"leak recovery: GPU task ran {ran_at - reverted:.2f} s after revert")
+    assert _wait(lambda: _free_gpus(local_env) == free_before, 20)
+    leftover = [a for a in list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)]) if a.state != "DEAD"]
+    assert leftover == []
+    assert ledger.is_empty()
+    fault.revert(local_env, handle, ledger)  # idempotent
+    assert _all_replicas_healthy(local_env, 2)
+
+
+@pytest.mark.parametrize("mode", ["strict_spread", "strict_pack", "hog"])
+def test_placement_group_stall_pends_while_gpus_idle_and_revert_removes_it(
+    local_env: LocalEnvironment, tmp_path: Path, mode: str
+) -> None:
+    import ray
+
+    ledger = Ledger(tmp_path / "ledger")
+    fault = StallPlacementGroup()
+    free_before = _free_gpus(local_env)
+    handle = fault.inject(local_env, {"mode": mode, "pending_threshold_s": 3.0}, ledger)
+    time.sleep(3.5)  # the stall is defined by its duration: PENDING for longer than the threshold
+    evidence = fault.evidence(local_env, handle)
+    print(f"pg {mode} evidence:", evidence)
+    assert evidence.bit, evidence.reason
+    if mode == "hog":
+        assert evidence.symptoms["group_state"] == "CREATED" and evidence.symptoms["gpus_free"] == 0
+    else:
+        assert evidence.symptoms["group_state"] == "PENDING" and evidence.symptoms["gpus_free"] > 0
+    assert not evidence.symptoms["waiting_work_started"]
+
+    fault.revert(local_env, handle, ledger)
+    fault.revert(local_env, handle, ledger)  # idempotent
+    table = ray.util.placement_group_table()
+    assert table.get(handle.state["pg_id"], {"state": "REMOVED"})["state"] == "REMOVED"
+    recovered = _wait(lambda: _free_gpus(local_env) == free_before, 20)
+    assert recovered is not None
+    print(f"pg {mode} recovery: free GPUs back {recovered - handle.reverted_at:.2f} s after revert")
+    assert ledger.is_empty()
+
+
+def test_kill_node_marks_dead_keeps_serving_and_replica_returns(
+    local_env: LocalEnvironment, env_config: LocalEnvConfig, tmp_path: Path
+) -> None:
+    ledger = Ledger(tmp_path / "ledger")
+    fault = KillNode()
+    status = local_env.status()
+    plan = fault.plan(local_env, {"replica": 1})
+    assert any(t.startswith("replica:replica-1") for t in plan.targets)
+
+    handle = fault.inject(local_env, {"replica": 1}, ledger)
+    served = [
+        stream_completion(status.front_door.url, status.model.name, "still there?", max_tokens=4, timeout_s=10)
+        for _ in range(10)
+    ]
+    evidence = fault.evidence(local_env, handle)
+    print("node loss evidence:", evidence)
+    assert evidence.bit, evidence.reason
+    assert evidence.symptoms["node_dead_after_s"] is not None and evidence.symptoms["node_dead_after_s"] < 10
+    availability = sum(r.ok for r in served) / len(served)
+    print(f"front door availability during node loss: {availability:.2f}")
+    assert availability >= 0.8, [r.error for r in served if not r.ok]
+    assert {r.replica for r in served if r.ok} == {"replica-0"}
+
+    fault.revert(local_env, handle, ledger)
+    healthy_at = _wait(lambda: _all_replicas_healthy(local_env, env_config.replicas), 240, 1.0)
+    assert healthy_at is not None, "the lost replica must come back on the replacement node"
+    after = fault.evidence(local_env, handle)
+    print("node loss evidence after revert:", after)
+    assert after.symptoms["replica_back_on_live_node"] == {"replica-1": True}
+    truth = after.timestamps["replica-1_healthy_at"]
+    print(f"node loss recovery: replica healthy {truth - handle.reverted_at:.1f} s after revert")
+    alive = [n for n in local_env.ray_nodes() if n.alive]
+    assert len(alive) == env_config.workers + 1, "node count restored"
+    assert ledger.is_empty()
