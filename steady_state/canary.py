@@ -1,0 +1,169 @@
+"""The canary: small streaming completions through the front door, as a user would send them.
+
+Requests leave at a fixed rate from background tasks, independent of the sampler's tick,
+so a slow or hanging front door shows up as failures and long latencies rather than as a
+sampler that stalls. Every request becomes data: a refused connection is ``success 0``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+
+import httpx
+
+from inferchaos.errors import ConfigError
+from inferchaos.layers import Layer
+from steady_state.base import Sample
+from steady_state.openai_stream import StreamResult, stream_completion_async
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CanaryConfig:
+    """What the canary sends and how often."""
+
+    base_url: str
+    model: str
+    prompt: str = "The quick brown fox"
+    max_tokens: int = 8
+    rate_per_s: float = 2.0
+    max_in_flight: int = 8
+    request_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (self.rate_per_s > 0 and math.isfinite(self.rate_per_s)):
+            raise ConfigError(f"canary.rate_per_s: must be a positive number, got {self.rate_per_s!r}")
+        if self.max_in_flight < 1:
+            raise ConfigError(f"canary.max_in_flight: must be at least 1, got {self.max_in_flight!r}")
+        if not self.request_timeout_s > 0:
+            raise ConfigError(f"canary.request_timeout_s: must be positive, got {self.request_timeout_s!r}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"canary.max_tokens: must be at least 1, got {self.max_tokens!r}")
+
+
+def result_samples(result: StreamResult) -> list[Sample]:
+    """The Samples of one finished canary request.
+
+    Latencies are only reported for what was measured: a refused request has no TTFT, and
+    its near-zero e2e would make the e2e percentiles look better than the service is.
+    """
+    labels = {"replica": result.replica} if result.replica else {}
+    samples = [Sample("canary.success", 1.0 if result.ok else 0.0, labels)]
+    if result.ttft_s is not None:
+        samples.append(Sample("canary.ttft_s", result.ttft_s, labels))
+    if result.inter_token_s is not None:
+        samples.append(Sample("canary.itl_s", result.inter_token_s, labels))
+    if result.ok:
+        samples.append(Sample("canary.e2e_s", result.e2e_s, labels))
+    return samples
+
+
+class CanaryProbe:
+    """Sends canary requests at ``config.rate_per_s`` between :meth:`start` and :meth:`stop`.
+
+    :meth:`read` returns the requests that finished since the previous read. At most
+    ``config.max_in_flight`` requests are outstanding; a request due while the cap is reached
+    is not sent and counts as a failure, because a front door that holds requests that long
+    is failing its users.
+    """
+
+    name = "canary"
+    layer = Layer.CANARY
+
+    def __init__(self, config: CanaryConfig, client: httpx.AsyncClient | None = None) -> None:
+        self.config = config
+        self._client = client
+        self._owns_client = client is None
+        self._runner: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[StreamResult]] = set()
+        self._finished: list[StreamResult] = []
+        self.sent = 0
+        self.dropped = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not finished."""
+        return len(self._in_flight)
+
+    async def start(self) -> None:
+        """Begin sending requests in the background; a second call is a no-op."""
+        if self._runner is not None:
+            return
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        self._runner = asyncio.create_task(self._send_at_rate(), name="canary-rate")
+
+    async def stop(self) -> None:
+        """Stop sending and abandon requests still in flight (they are not reported)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+        pending = list(self._in_flight)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def read(self) -> list[Sample]:
+        """Samples of every request finished since the last read (possibly none)."""
+        finished, self._finished = self._finished, []
+        return [sample for result in finished for sample in result_samples(result)]
+
+    async def _send_at_rate(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = 1.0 / self.config.rate_per_s
+        start = loop.time()
+        slot = 0
+        while True:
+            self._send_one()
+            # Drift-free: slot k leaves at start + k * period. Slots missed while the event
+            # loop was busy are skipped, not sent in a burst that would itself be load.
+            slot = max(slot + 1, math.floor((loop.time() - start) / period) + 1)
+            await asyncio.sleep(max(0.0, start + slot * period - loop.time()))
+
+    def _send_one(self) -> None:
+        if len(self._in_flight) >= self.config.max_in_flight:
+            self.dropped += 1
+            logger.debug("canary: %d requests in flight; counting this one as failed", len(self._in_flight))
+            self._finished.append(
+                StreamResult(
+                    False, 0, None, 0.0, 0, "", f"not sent: {len(self._in_flight)} requests in flight"
+                )
+            )
+            return
+        assert self._client is not None
+        task = asyncio.create_task(
+            stream_completion_async(
+                self._client,
+                self.config.base_url,
+                self.config.model,
+                self.config.prompt,
+                max_tokens=self.config.max_tokens,
+                timeout_s=self.config.request_timeout_s,
+            )
+        )
+        self.sent += 1
+        self._in_flight.add(task)
+        task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Task[StreamResult]) -> None:
+        self._in_flight.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            # stream_completion_async turns HTTP failures into results; anything else is a
+            # bug worth a traceback, and still a failed request from the user's side.
+            logger.error("canary request raised", exc_info=error)
+            self._finished.append(
+                StreamResult(False, 0, None, 0.0, 0, "", f"{type(error).__name__}: {error}")
+            )
+            return
+        self._finished.append(task.result())

@@ -1,0 +1,247 @@
+"""The ``slos`` and ``recovery`` keys of an experiment: models and their complete validation.
+
+Validation runs before anything is injected and stops at the first problem, raising a
+ConfigError whose one-line message starts with the key path, e.g.
+``slos[1].op: unknown operator '=>'; use one of <, <=, >, >=, ==, !=``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import operator
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from inferchaos.errors import ConfigError
+from steady_state.aggregates import AGGREGATES
+from steady_state.catalog import KNOWN_PROBES, OPEN_FAMILIES, PROBE_FAMILIES, probe_layer
+
+
+class Op(StrEnum):
+    """How an observed value is compared with the threshold; the SLO holds when it is true."""
+
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    EQ = "=="
+    NE = "!="
+
+    def holds(self, observed: float, threshold: float) -> bool:
+        """``observed <op> threshold``."""
+        return _COMPARE[self](observed, threshold)
+
+
+_COMPARE: dict[Op, Callable[[float, float], bool]] = {
+    Op.LT: operator.lt,
+    Op.LE: operator.le,
+    Op.GT: operator.gt,
+    Op.GE: operator.ge,
+    Op.EQ: operator.eq,
+    Op.NE: operator.ne,
+}
+
+
+class Phase(StrEnum):
+    """Where in a run an SLO is judged: before injection, while the fault is active, after revert."""
+
+    BASELINE = "baseline"
+    DURING = "during"
+    RECOVERY = "recovery"
+
+
+@dataclass(frozen=True)
+class Slo:
+    """``agg(probe{labels})`` over ``phase`` (or over every ``window_s`` window of it) ``op threshold``."""
+
+    name: str
+    probe: str
+    agg: str
+    op: Op
+    threshold: float
+    phase: Phase
+    labels: Mapping[str, str] = field(default_factory=dict)
+    window_s: float | None = None
+
+    @property
+    def layer(self) -> str:
+        """Layer of the probe, e.g. ``canary`` for ``canary.ttft_s``."""
+        return probe_layer(self.probe)
+
+    def holds(self, observed: float) -> bool:
+        """Whether ``observed`` meets this SLO."""
+        return self.op.holds(observed, self.threshold)
+
+
+@dataclass(frozen=True)
+class RecoverySpec:
+    """Recovered: every ``steady`` SLO holds, from a moment at most ``within_s`` after the revert,
+    continuously for ``hold_s`` seconds (so a run samples ``within_s + hold_s`` after revert)."""
+
+    within_s: float
+    hold_s: float
+    steady: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """The validated ``slos`` and ``recovery`` of one experiment."""
+
+    slos: tuple[Slo, ...]
+    recovery: RecoverySpec | None = None
+
+    def by_name(self, name: str) -> Slo:
+        """The SLO called ``name``."""
+        for slo in self.slos:
+            if slo.name == name:
+                return slo
+        raise KeyError(name)
+
+
+SLO_KEYS: tuple[str, ...] = ("name", "probe", "agg", "op", "threshold", "phase", "labels", "window_s")
+SLO_REQUIRED: tuple[str, ...] = ("name", "probe", "agg", "op", "threshold", "phase")
+RECOVERY_KEYS: tuple[str, ...] = ("within_s", "hold_s", "steady")
+
+
+def _fail(path: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {message}")
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _number(value: object, path: str) -> float:
+    # bool is an int to Python but never a threshold; "1.5" is a string a YAML author quoted
+    # by mistake, and silently coercing it would hide that.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(path, f"must be a number, got {_type_name(value)} {value!r}")
+    if not math.isfinite(value):
+        raise _fail(path, f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _duration(value: object, path: str, *, allow_zero: bool) -> float:
+    seconds = _number(value, path)
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = "0 or more" if allow_zero else "more than 0"
+        raise _fail(path, f"must be {bound} seconds, got {value!r}")
+    return seconds
+
+
+def _choice(value: object, path: str, what: str, choices: Collection[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(path, f"unknown {what} {value!r}; use one of {', '.join(choices)}")
+    return value
+
+
+def _mapping(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(path, f"must be a mapping, got {_type_name(value)}")
+    return value
+
+
+def _no_unknown_keys(entry: Mapping[str, Any], path: str, allowed: Collection[str]) -> None:
+    for key in entry:
+        if key not in allowed:
+            raise _fail(f"{path}.{key}", f"unknown key; use one of {', '.join(allowed)}")
+
+
+def _probe(value: object, path: str, known: Collection[str], open_families: Collection[str]) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(path, f"must be a probe name such as 'vllm.kv_cache_usage', got {value!r}")
+    if value in known or any(value.startswith(family) for family in open_families):
+        return value
+    if not any(value.startswith(family) for family in PROBE_FAMILIES):
+        raise _fail(path, f"unknown probe {value!r}; names start with one of {', '.join(PROBE_FAMILIES)}")
+    close = difflib.get_close_matches(value, sorted(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise _fail(path, f"unknown probe {value!r}{hint}")
+
+
+def _labels(value: object, path: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for key, label in _mapping(value, path).items():
+        if not isinstance(key, str) or not isinstance(label, str):
+            raise _fail(
+                f"{path}.{key}", f"label values must be strings (quote them), got {_type_name(label)}"
+            )
+        labels[key] = label
+    return labels
+
+
+def _slo(entry: object, path: str, known: Collection[str], open_families: Collection[str]) -> Slo:
+    entry = _mapping(entry, path)
+    _no_unknown_keys(entry, path, SLO_KEYS)
+    for key in SLO_REQUIRED:
+        if key not in entry:
+            raise _fail(f"{path}.{key}", "required")
+    name = entry["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(f"{path}.name", f"must be a non-empty string, got {name!r}")
+    window = entry.get("window_s")
+    return Slo(
+        name=name,
+        probe=_probe(entry["probe"], f"{path}.probe", known, open_families),
+        agg=_choice(entry["agg"], f"{path}.agg", "aggregate", AGGREGATES),
+        op=Op(_choice(entry["op"], f"{path}.op", "operator", [o.value for o in Op])),
+        threshold=_number(entry["threshold"], f"{path}.threshold"),
+        phase=Phase(_choice(entry["phase"], f"{path}.phase", "phase", [p.value for p in Phase])),
+        labels=_labels(entry.get("labels", {}), f"{path}.labels"),
+        window_s=None if window is None else _duration(window, f"{path}.window_s", allow_zero=False),
+    )
+
+
+def _recovery(value: object, slo_names: Collection[str]) -> RecoverySpec:
+    entry = _mapping(value, "recovery")
+    _no_unknown_keys(entry, "recovery", RECOVERY_KEYS)
+    for key in ("within_s", "steady"):
+        if key not in entry:
+            raise _fail(f"recovery.{key}", "required")
+    within = _duration(entry["within_s"], "recovery.within_s", allow_zero=False)
+    hold = _duration(entry.get("hold_s", 0), "recovery.hold_s", allow_zero=True)
+    steady = entry["steady"]
+    if not isinstance(steady, list) or not steady:
+        raise _fail("recovery.steady", f"must be a non-empty list of SLO names, got {steady!r}")
+    for index, name in enumerate(steady):
+        if name not in slo_names:
+            raise _fail(
+                f"recovery.steady[{index}]", f"no SLO named {name!r}; declared: {', '.join(slo_names)}"
+            )
+    return RecoverySpec(within_s=within, hold_s=hold, steady=tuple(steady))
+
+
+def ensure_slos_are_valid(
+    experiment: Mapping[str, Any],
+    known_probes: Collection[str] = KNOWN_PROBES,
+    open_families: Collection[str] = OPEN_FAMILIES,
+) -> SloSpec:
+    """Validate the ``slos`` and ``recovery`` keys of ``experiment`` and return them as models.
+
+    ``known_probes`` are the exact probe names the run will produce (the catalog by default);
+    names in ``open_families`` (prefixes such as ``load.``) are accepted unchecked. Raises
+    ConfigError at the first problem, its message led by the key path.
+    """
+    slos = experiment.get("slos")
+    if slos is None:
+        raise _fail("slos", "required; declare at least one SLO")
+    if not isinstance(slos, list) or not slos:
+        raise _fail("slos", f"must be a non-empty list of SLOs, got {_type_name(slos)}")
+    parsed: list[Slo] = []
+    first_index: dict[str, int] = {}
+    for index, entry in enumerate(slos):
+        slo = _slo(entry, f"slos[{index}]", known_probes, open_families)
+        if slo.name in first_index:
+            raise _fail(
+                f"slos[{index}].name", f"duplicate SLO name {slo.name!r} (also slos[{first_index[slo.name]}])"
+            )
+        first_index[slo.name] = index
+        parsed.append(slo)
+    recovery = experiment.get("recovery")
+    return SloSpec(
+        slos=tuple(parsed),
+        recovery=None if recovery is None else _recovery(recovery, list(first_index)),
+    )

@@ -1,0 +1,265 @@
+"""Triage: name the layer at fault around a breach, with the readings that say so.
+
+The rules are the one table :data:`RULES`, checked layer by layer in
+:data:`~inferchaos.layers.TRIAGE_ORDER` (vLLM, device, Ray, Kubernetes: micro before meso
+before macro). Rules marked ``symptom`` describe what a lower layer's failure also looks
+like from above (a replica whose node died stops answering too), so every layer's causes
+are checked before any symptom is taken as the answer.
+
+A level rule (``>``, ``>=``, ``<``, ``==``, unreachable) only counts when its condition is
+new: if it already held at ``since`` (the injection, say), it is a standing condition, not
+the cause of this breach.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from inferchaos.layers import TRIAGE_ORDER, Layer
+from steady_state.detectors import least_squares_slope
+from steady_state.timeline import Row, Timeline, format_labels, parse_labels
+
+logger = logging.getLogger(__name__)
+
+
+class Condition(StrEnum):
+    """How a rule reads its probe within the triage window."""
+
+    AT_LEAST = ">="  # some reading >= threshold
+    ABOVE = ">"  # some reading > threshold
+    BELOW = "<"  # some reading < threshold
+    EQUALS = "=="  # some reading == threshold
+    RISING = "rising"  # a counter increased by more than threshold
+    FALLING = "falling"  # a reading dropped by more than threshold below an earlier one
+    GROWING = "growing"  # least-squares slope above threshold per second
+    UNREACHABLE = "unreachable"  # more than threshold failed reads by this layer's probes
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``probe`` meeting ``condition`` against ``threshold`` points at ``layer``.
+
+    ``threshold`` None means the caller supplies it (``triage(thresholds={probe: ...})``);
+    without it the rule is skipped. ``reason`` is formatted with ``value``, ``threshold``,
+    ``labels`` and ``error``.
+    """
+
+    layer: Layer
+    probe: str
+    condition: Condition
+    threshold: float | None
+    reason: str
+    symptom: bool = False
+
+
+C = Condition
+RULES: tuple[Rule, ...] = (
+    # vLLM (micro): the scheduler's own queue and KV cache.
+    Rule(Layer.VLLM, "vllm.kv_cache_usage", C.AT_LEAST, 0.9, "vLLM KV cache {value:.0%} full ({labels})"),
+    Rule(Layer.VLLM, "vllm.num_requests_waiting", C.ABOVE, 0, "{value:g} request(s) queued in vLLM ({labels})"),
+    Rule(Layer.VLLM, "vllm.num_preemptions_total", C.RISING, 0, "vLLM preempted {value:g} sequence(s) ({labels})"),
+    Rule(Layer.VLLM, "vllm.healthy", C.EQUALS, 0, "vLLM /health failing ({labels})", symptom=True),
+    Rule(Layer.VLLM, "vllm", C.UNREACHABLE, 0, "vLLM replica not answering ({labels}): {error}", symptom=True),
+    # Device: memory on the card that the replica needs.
+    Rule(Layer.DEVICE, "device.available", C.EQUALS, 0, "device unavailable ({labels})"),
+    Rule(Layer.DEVICE, "device.free_bytes", C.BELOW, None,
+         "device {labels} has {value:.4g} bytes free, below the {threshold:.4g} a replica needs"),
+    # Ray (meso): nodes, pending work and placement groups, leaked actors.
+    Rule(Layer.RAY, "ray.nodes_dead", C.ABOVE, 0, "{value:g} Ray node(s) dead"),
+    Rule(Layer.RAY, "ray.pending_pgs", C.ABOVE, 0, "{value:g} Ray placement group(s) PENDING"),
+    Rule(Layer.RAY, "ray.tasks_pending_node_assignment", C.ABOVE, 0,
+         "{value:g} Ray task(s) pending node assignment"),
+    Rule(Layer.RAY, "ray.actors_alive", C.GROWING, 0.05, "alive Ray actors ({labels}) growing at {value:.3g}/s"),
+    # Kubernetes (macro): Pods that cannot be placed, nodes leaving.
+    Rule(Layer.K8S, "k8s.pods_pending", C.ABOVE, 0, "{value:g} Pod(s) Pending ({labels})"),
+    Rule(Layer.K8S, "k8s.nodes_ready", C.FALLING, 0, "Ready Kubernetes nodes dropped by {value:g}"),
+)  # fmt: skip
+
+LEVEL_CONDITIONS = frozenset({C.AT_LEAST, C.ABOVE, C.BELOW, C.EQUALS})
+
+
+@dataclass(frozen=True)
+class Match:
+    """A rule that fired, with the reading that made it fire."""
+
+    rule: Rule
+    value: float
+    t: float
+    labels: Mapping[str, str]
+    threshold: float
+    error: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The rule's reason with this match's numbers."""
+        return self.rule.reason.format(
+            value=self.value,
+            threshold=self.threshold,
+            labels=format_labels(self.labels) or "all",
+            error=self.error,
+        )
+
+
+@dataclass(frozen=True)
+class TriageResult:
+    """The layer at fault (or ``unknown``), why, and the evidence."""
+
+    layer: str
+    reason: str
+    evidence: dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        """The verdict.json ``triage`` object."""
+        return {"layer": self.layer, "reason": self.reason, "evidence": self.evidence}
+
+
+def _level_holds(condition: Condition, value: float, threshold: float) -> bool:
+    if condition is C.AT_LEAST:
+        return value >= threshold
+    if condition is C.ABOVE:
+        return value > threshold
+    if condition is C.BELOW:
+        return value < threshold
+    return value == threshold
+
+
+def _match_level(
+    rule: Rule, threshold: float, timeline: Timeline, start: float, end: float, since: float
+) -> Match | None:
+    """The most telling reading in ``[max(start, since), end]`` meeting a level condition that
+    did not already hold, continuously, from before ``since``."""
+    found: list[tuple[float, float, str]] = []
+    for label_text, points in timeline.series(rule.probe, end=end, include_end=True).items():
+        points = sorted(points)
+        before = [v for t, v in points if t < since]
+        standing = bool(before) and _level_holds(rule.condition, before[-1], threshold)
+        for t, v in points:
+            if t < since:
+                continue
+            if not _level_holds(rule.condition, v, threshold):
+                standing = False
+            elif not standing and t >= start:
+                found.append((t, v, label_text))
+    if not found:
+        return None
+    if rule.condition in (C.AT_LEAST, C.ABOVE):
+        t, value, label_text = max(found, key=lambda f: (f[1], -f[0]))
+    elif rule.condition is C.BELOW:
+        t, value, label_text = min(found, key=lambda f: (f[1], f[0]))
+    else:
+        t, value, label_text = min(found)
+    return Match(rule, value, t, parse_labels(label_text), threshold)
+
+
+def _match_change(rule: Rule, threshold: float, timeline: Timeline, start: float, end: float) -> Match | None:
+    best: Match | None = None
+    for label_text, points in timeline.series(rule.probe, start=start, end=end, include_end=True).items():
+        points = sorted(points)
+        labels = parse_labels(label_text)
+        if rule.condition is C.RISING:
+            value = sum(b - a if b >= a else b for (_, a), (_, b) in zip(points, points[1:], strict=False))
+        elif rule.condition is C.FALLING:
+            peak, value = -math.inf, 0.0
+            for _, v in points:
+                peak = max(peak, v)
+                value = max(value, peak - v)
+        else:
+            value = least_squares_slope(points) or 0.0
+        if value > threshold and (best is None or value > best.value):
+            best = Match(rule, value, points[-1][0], labels, threshold)
+    return best
+
+
+def _match_unreachable(
+    rule: Rule, threshold: float, timeline: Timeline, start: float, end: float, since: float
+) -> Match | None:
+    """Failed reads by this layer's probes in the window, leaving out a probe that was failing
+    on every tick from before ``since`` on (its failure is standing, not new)."""
+    # A successful read leaves rows under the readings' names, not the probe's, so a probe
+    # read fine on a tick exactly when that tick has rows and none is this probe's error.
+    ticks = sorted({row.t for row in timeline.rows if row.t <= end})
+    errors: dict[str, dict[float, Row]] = {}
+    for row in timeline.errors(end=end):
+        if row.layer == rule.probe:
+            errors.setdefault(row.probe, {})[row.t] = row
+    before = [t for t in ticks if t < since]
+    failed: list[Row] = []
+    for by_time in errors.values():
+        standing = bool(before) and before[-1] in by_time
+        for t in ticks:
+            if t < since:
+                continue
+            if t not in by_time:
+                standing = False
+            elif not standing and t >= start:
+                failed.append(by_time[t])
+    if len(failed) <= threshold:
+        return None
+    first = min(failed, key=lambda r: r.t)
+    instance = first.probe.partition("@")[2]
+    labels = {"instance": instance} if instance else {"probe": first.probe}
+    return Match(rule, float(len(failed)), first.t, labels, threshold, first.error)
+
+
+def match_rule(rule: Rule, timeline: Timeline, start: float, end: float, since: float,
+               thresholds: Mapping[str, float] | None = None) -> Match | None:  # fmt: skip
+    """Whether ``rule`` fires in ``[start, end]`` of ``timeline``, and on which reading."""
+    threshold = rule.threshold if rule.threshold is not None else (thresholds or {}).get(rule.probe)
+    if threshold is None:
+        logger.debug("triage: skipping %s %s: no threshold supplied", rule.probe, rule.condition.value)
+        return None
+    if rule.condition in LEVEL_CONDITIONS:
+        return _match_level(rule, threshold, timeline, start, end, since)
+    if rule.condition is C.UNREACHABLE:
+        return _match_unreachable(rule, threshold, timeline, start, end, since)
+    return _match_change(rule, threshold, timeline, start, end)
+
+
+def triage(
+    timeline: Timeline,
+    breach_at: float,
+    *,
+    since: float | None = None,
+    lookback_s: float = 30.0,
+    lookahead_s: float = 10.0,
+    thresholds: Mapping[str, float] | None = None,
+    rules: Sequence[Rule] = RULES,
+) -> TriageResult:
+    """Name the layer behind the breach at ``breach_at``.
+
+    Readings in ``[breach_at - lookback_s, breach_at + lookahead_s]`` are examined: the
+    lookahead is there because the cause can surface after the symptom (Ray marks a killed
+    node dead seconds after its replica stopped answering). ``since`` (default: the window
+    start; pass the injection time) separates new conditions from standing ones.
+    ``thresholds`` supplies rule thresholds left open in the table, by probe name
+    (``{"device.free_bytes": bytes_a_replica_needs}``).
+    """
+    start, end = breach_at - lookback_s, breach_at + lookahead_s
+    since = start if since is None else since
+    matches = [m for rule in rules if (m := match_rule(rule, timeline, start, end, since, thresholds))]
+    order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}
+    ranked = sorted(matches, key=lambda m: (m.rule.symptom, order.get(m.rule.layer, len(order))))
+    if not ranked:
+        return TriageResult(
+            "unknown",
+            f"no triage rule matched between {start:.3f} and {end:.3f}",
+            {"window": [start, end], "rules_checked": len(rules)},
+        )
+    top = ranked[0]
+    evidence: dict[str, object] = {
+        "probe": top.rule.probe,
+        "condition": top.rule.condition.value,
+        "threshold": top.threshold,
+        "value": top.value,
+        "t": top.t,
+        "labels": dict(top.labels),
+        "window": [start, end],
+        "also": [f"{m.rule.layer.value}: {m.reason}" for m in ranked[1:]],
+    }
+    if top.error:
+        evidence["error"] = top.error
+    return TriageResult(top.rule.layer.value, top.reason, evidence)

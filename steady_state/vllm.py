@@ -1,0 +1,314 @@
+"""The vLLM replica probe: queue, KV cache, preemptions and latency read from ``/metrics``.
+
+``/metrics`` is parsed with prometheus_client's parser into a :class:`VllmSnapshot`. The
+latency quantiles are computed over the window since an earlier snapshot from the *deltas*
+of the cumulative histogram buckets, the way Prometheus' ``histogram_quantile`` over
+``rate(..._bucket)`` does: the lifetime histograms a replica exposes say nothing about now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferchaos.errors import ProbeError
+from inferchaos.layers import Layer
+from steady_state.base import Sample
+
+logger = logging.getLogger(__name__)
+
+# Sample names as exposed (prometheus_client strips ``_total`` from a counter's *family*
+# name but keeps it on the sample, so samples are matched by their own names).
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+PREEMPTIONS = "vllm:num_preemptions_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+TTFT = "vllm:time_to_first_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+E2E = "vllm:e2e_request_latency_seconds"
+CACHE_CONFIG = "vllm:cache_config_info"
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative histogram: ``(upper bound, count of observations <= bound)``, +Inf last."""
+
+    buckets: tuple[tuple[float, float], ...]
+
+    @property
+    def count(self) -> float:
+        """Observations in total (the +Inf bucket)."""
+        return self.buckets[-1][1] if self.buckets else 0.0
+
+    def since(self, earlier: Histogram) -> Histogram:
+        """Observations made after ``earlier`` was taken, bucket by bucket.
+
+        A smaller total than before means the replica restarted and counts from zero, so
+        everything it has now is new.
+        """
+        before = dict(earlier.buckets)
+        if self.count < earlier.count or set(before) != {le for le, _ in self.buckets}:
+            return self
+        return Histogram(tuple((le, max(0.0, n - before[le])) for le, n in self.buckets))
+
+    def quantile(self, q: float) -> float | None:
+        """See :func:`histogram_quantile`."""
+        return histogram_quantile(q, self.buckets)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The q-quantile of a cumulative histogram, as Prometheus ``histogram_quantile`` computes it.
+
+    The observation of rank ``q * total`` lies in the first bucket whose cumulative count
+    reaches it; its value is interpolated linearly between that bucket's bounds (the lower
+    bound of the first bucket is 0). Ranks in the +Inf bucket answer the highest finite
+    bound. None when the histogram holds no observations.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    ordered = sorted(buckets)
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    total = ordered[-1][1]
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for index, (upper_bound, cumulative) in enumerate(ordered):
+        if cumulative >= rank and cumulative > lower_count:
+            if math.isinf(upper_bound):
+                return ordered[index - 1][0] if index > 0 else None
+            if index == 0 and upper_bound <= 0:
+                return upper_bound
+            fraction = (rank - lower_count) / (cumulative - lower_count)
+            return lower_bound + (upper_bound - lower_bound) * fraction
+        lower_bound, lower_count = upper_bound, cumulative
+    return ordered[-1][0]
+
+
+@dataclass(frozen=True)
+class VllmSnapshot:
+    """One read of a replica's ``/metrics``.
+
+    Gauges and counters are summed over engines (data-parallel ranks); KV-cache usage is
+    the fullest engine's, because one full engine already queues and preempts.
+    """
+
+    running: float
+    waiting: float
+    kv_cache_usage: float
+    preemptions_total: float
+    prompt_tokens_total: float
+    generation_tokens_total: float
+    ttft: Histogram
+    itl: Histogram
+    e2e: Histogram
+    kv_capacity_tokens: int | None
+
+
+def _samples_by_name(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]]:
+    by_name: dict[str, list[tuple[Mapping[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            by_name.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return by_name
+
+
+def _required(by_name: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> list[float]:
+    if name not in by_name:
+        raise ProbeError(f"/metrics has no {name}: not a vLLM v1 replica?")
+    return [value for _, value in by_name[name]]
+
+
+def _histogram(by_name: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> Histogram:
+    totals: dict[float, float] = {}
+    for labels, value in by_name.get(f"{name}_bucket", []):
+        le = float(labels["le"])
+        totals[le] = totals.get(le, 0.0) + value
+    if not totals:
+        raise ProbeError(f"/metrics has no {name}_bucket: not a vLLM v1 replica?")
+    return Histogram(tuple(sorted(totals.items())))
+
+
+def _kv_capacity_tokens(entries: Iterable[tuple[Mapping[str, str], float]]) -> int | None:
+    # The config labels are strings such as "4096" or "None"; the explicit token size wins,
+    # blocks * block size is what older versions let us work out.
+    for labels, _ in entries:
+        size = labels.get("kv_cache_size_tokens", "")
+        if size.isdigit():
+            return int(size)
+        blocks, block_size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+        if blocks.isdigit() and block_size.isdigit():
+            return int(blocks) * int(block_size)
+    return None
+
+
+def parse_metrics(text: str) -> VllmSnapshot:
+    """Parse a replica's ``/metrics`` text; ProbeError when it is not vLLM v1 exposition."""
+    try:
+        by_name = _samples_by_name(text)
+    except ValueError as e:
+        raise ProbeError(f"/metrics is not Prometheus text exposition: {e}") from e
+    return VllmSnapshot(
+        running=sum(_required(by_name, RUNNING)),
+        waiting=sum(_required(by_name, WAITING)),
+        kv_cache_usage=max(_required(by_name, KV_USAGE)),
+        preemptions_total=sum(_required(by_name, PREEMPTIONS)),
+        prompt_tokens_total=sum(_required(by_name, PROMPT_TOKENS)),
+        generation_tokens_total=sum(_required(by_name, GENERATION_TOKENS)),
+        ttft=_histogram(by_name, TTFT),
+        itl=_histogram(by_name, ITL),
+        e2e=_histogram(by_name, E2E),
+        kv_capacity_tokens=_kv_capacity_tokens(by_name.get(CACHE_CONFIG, [])),
+    )
+
+
+# (probe name, histogram attribute, quantile) emitted per window.
+WINDOW_QUANTILES: tuple[tuple[str, str, float], ...] = (
+    ("vllm.ttft_p50_s", "ttft", 0.50),
+    ("vllm.ttft_p95_s", "ttft", 0.95),
+    ("vllm.ttft_p99_s", "ttft", 0.99),
+    ("vllm.itl_p50_s", "itl", 0.50),
+    ("vllm.itl_p95_s", "itl", 0.95),
+    ("vllm.e2e_p50_s", "e2e", 0.50),
+    ("vllm.e2e_p95_s", "e2e", 0.95),
+)
+
+
+def window_samples(
+    current: VllmSnapshot, earlier: VllmSnapshot, elapsed_s: float, labels: Mapping[str, str]
+) -> list[Sample]:
+    """Preemption rate and latency quantiles over the window between two snapshots.
+
+    A quantile is left out when no request finished in the window: there is no latency to
+    report, and a made-up 0 would read as "fast".
+    """
+    samples: list[Sample] = []
+    if elapsed_s > 0:
+        increase = current.preemptions_total - earlier.preemptions_total
+        if increase < 0:  # the replica restarted; its counter began again at 0
+            increase = current.preemptions_total
+        samples.append(Sample("vllm.preemption_rate", increase / elapsed_s, dict(labels)))
+    for probe, attribute, q in WINDOW_QUANTILES:
+        delta = getattr(current, attribute).since(getattr(earlier, attribute))
+        value = delta.quantile(q)
+        if value is not None:
+            samples.append(Sample(probe, value, dict(labels)))
+    return samples
+
+
+@dataclass(frozen=True)
+class _Timed:
+    at: float
+    snapshot: VllmSnapshot
+
+
+class VllmProbe:
+    """Reads one vLLM replica: ``/metrics`` for the numbers, ``/health`` for liveness.
+
+    ``window_s`` 0 computes rates and quantiles since the previous read; a larger value uses
+    the newest earlier read at least that old (a steadier, ``rate(x[window])``-like view).
+    """
+
+    layer = Layer.VLLM
+
+    def __init__(
+        self,
+        replica: str,
+        metrics_url: str,
+        health_url: str,
+        *,
+        timeout_s: float = 2.0,
+        window_s: float = 0.0,
+        client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.replica = replica
+        self.name = f"vllm@{replica}"
+        self.metrics_url = metrics_url
+        self.health_url = health_url
+        self.timeout_s = timeout_s
+        self.window_s = window_s
+        self._client = client
+        self._owns_client = client is None
+        self._clock = clock
+        self._history: deque[_Timed] = deque()
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels on every Sample of this replica."""
+        return {"replica": self.replica}
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+        return self._client
+
+    async def _get_metrics(self) -> str:
+        try:
+            response = await self._http().get(self.metrics_url, timeout=self.timeout_s)
+        except httpx.HTTPError as e:
+            raise ProbeError(f"{self.replica}: GET {self.metrics_url} failed: {type(e).__name__}: {e}") from e
+        if response.status_code != 200:
+            raise ProbeError(f"{self.replica}: GET {self.metrics_url} answered HTTP {response.status_code}")
+        return response.text
+
+    async def _is_healthy(self) -> bool:
+        # /health answers 503 once the engine is dead; an unanswered probe is not healthy either.
+        try:
+            response = await self._http().get(self.health_url, timeout=self.timeout_s)
+        except httpx.HTTPError as e:
+            logger.info("%s: GET %s failed: %s: %s", self.replica, self.health_url, type(e).__name__, e)
+            return False
+        return response.status_code == 200
+
+    async def read(self) -> list[Sample]:
+        """Read the replica now; ProbeError when ``/metrics`` cannot be read or parsed."""
+        health = asyncio.ensure_future(self._is_healthy())
+        try:
+            text = await self._get_metrics()
+            healthy = await health
+        finally:
+            health.cancel()  # a no-op once it is done; stops it when /metrics failed
+        now = self._clock()
+        snapshot = parse_metrics(text)
+        labels = self.labels
+        samples = [
+            Sample("vllm.num_requests_running", snapshot.running, labels),
+            Sample("vllm.num_requests_waiting", snapshot.waiting, labels),
+            Sample("vllm.kv_cache_usage", snapshot.kv_cache_usage, labels),
+            Sample("vllm.num_preemptions_total", snapshot.preemptions_total, labels),
+            Sample("vllm.prompt_tokens_total", snapshot.prompt_tokens_total, labels),
+            Sample("vllm.generation_tokens_total", snapshot.generation_tokens_total, labels),
+            Sample("vllm.healthy", 1.0 if healthy else 0.0, labels),
+        ]
+        if snapshot.kv_capacity_tokens is not None:
+            samples.append(
+                Sample("vllm.kv_cache_capacity_tokens", float(snapshot.kv_capacity_tokens), labels)
+            )
+        base = self._remember(_Timed(now, snapshot))
+        if base is not None:
+            samples.extend(window_samples(snapshot, base.snapshot, now - base.at, labels))
+        return samples
+
+    def _remember(self, current: _Timed) -> _Timed | None:
+        """Keep ``current`` and return the earlier read that starts the window, if any."""
+        self._history.append(current)
+        # Drop reads while the next-oldest is already old enough to start the window.
+        while len(self._history) > 2 and self._history[1].at <= current.at - self.window_s:
+            self._history.popleft()
+        return self._history[0] if len(self._history) > 1 else None
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this probe created it."""
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,134 @@
+"""CanaryProbe against an in-process fake front door: every request becomes data, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from inferchaos.errors import ConfigError
+from steady_state.base import Sample
+from steady_state.canary import CanaryConfig, CanaryProbe
+from steady_state.catalog import KNOWN_PROBES
+
+if TYPE_CHECKING:
+    from conftest import FakeServer
+
+# Generous: the machine running these tests may be busy; nothing here asserts speed.
+WAIT_S = 20.0
+
+
+async def collect(probe: CanaryProbe, enough: Callable[[list[Sample]], bool]) -> list[Sample]:
+    """Read the canary until ``enough`` of its samples have arrived (or WAIT_S passed)."""
+    samples: list[Sample] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not enough(samples) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        samples.extend(await probe.read())
+    return samples
+
+
+def successes(samples: list[Sample]) -> list[float]:
+    return [s.value for s in samples if s.probe == "canary.success"]
+
+
+@pytest.fixture
+async def canary(fake_server: FakeServer) -> AsyncIterator[CanaryProbe]:
+    probe = CanaryProbe(CanaryConfig(fake_server.url, "tiny-llama", rate_per_s=20.0, max_in_flight=4))
+    yield probe
+    await probe.stop()
+
+
+async def test_successful_requests_report_latencies_labelled_by_replica(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    fake_server.chunks = 3
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 3)
+    await canary.stop()
+    assert successes(samples)[:3] == [1.0, 1.0, 1.0]
+    names = {s.probe for s in samples}
+    assert {"canary.success", "canary.ttft_s", "canary.itl_s", "canary.e2e_s"} <= names
+    assert names <= KNOWN_PROBES
+    assert all(s.labels == {"replica": "replica-0"} for s in samples)
+    by_name: dict[str, list[float]] = {}
+    for s in samples:
+        by_name.setdefault(s.probe, []).append(s.value)
+    assert all(0 <= t <= e for t, e in zip(by_name["canary.ttft_s"], by_name["canary.e2e_s"], strict=False))
+
+
+async def test_read_drains_what_finished_since_the_last_read(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 5)
+    await canary.stop()
+    samples += await canary.read()
+    assert await canary.read() == []
+    # Each request is reported exactly once: repeated reads would count some twice.
+    assert 5 <= len(successes(samples)) <= canary.sent
+
+
+async def test_http_errors_are_failures_not_crashes(fake_server: FakeServer, canary: CanaryProbe) -> None:
+    fake_server.completion_status = 503
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 3)
+    assert successes(samples) and set(successes(samples)) == {0.0}
+    # A failed request measured no first token and its e2e would flatter the percentiles.
+    assert not any(s.probe in ("canary.ttft_s", "canary.e2e_s") for s in samples)
+
+
+async def test_refused_front_door_is_data_with_success_0(refused_url: str) -> None:
+    probe = CanaryProbe(CanaryConfig(refused_url, "tiny-llama", rate_per_s=20.0))
+    await probe.start()
+    try:
+        samples = await collect(probe, lambda s: len(successes(s)) >= 3)
+    finally:
+        await probe.stop()
+    assert len(successes(samples)) >= 3 and set(successes(samples)) == {0.0}
+
+
+async def test_never_more_than_max_in_flight_and_excess_counts_as_failure(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    fake_server.hang = asyncio.Event()  # the front door accepts and never answers
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 5)
+    assert canary.in_flight <= 4
+    assert canary.sent == 4
+    assert fake_server.completions_started <= 4
+    assert canary.dropped >= 5
+    assert successes(samples) and set(successes(samples)) == {0.0}
+
+
+async def test_stop_abandons_requests_in_flight(fake_server: FakeServer, canary: CanaryProbe) -> None:
+    fake_server.hang = asyncio.Event()
+    await canary.start()
+    await collect(canary, lambda s: canary.in_flight >= 1)
+    await canary.stop()
+    assert canary.in_flight == 0
+    sent = canary.sent
+    await asyncio.sleep(0.2)
+    assert canary.sent == sent  # nothing is sent after stop
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("rate_per_s", 0.0, "canary.rate_per_s"),
+        ("rate_per_s", float("inf"), "canary.rate_per_s"),
+        ("max_in_flight", 0, "canary.max_in_flight"),
+        ("request_timeout_s", 0.0, "canary.request_timeout_s"),
+        ("max_tokens", 0, "canary.max_tokens"),
+    ],
+)
+def test_invalid_config_is_rejected(field: str, value: float, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        CanaryConfig("http://127.0.0.1:1", "m", **{field: value})
+
+
+def test_default_rate_is_two_per_second() -> None:
+    assert CanaryConfig("http://x", "m").rate_per_s == 2.0

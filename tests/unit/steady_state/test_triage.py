@@ -1,0 +1,240 @@
+"""Triage names the layer at fault from the timeline around a breach (synthetic scenarios).
+
+Each scenario: baseline 0-10 s, fault injected at 10 (``since``), breach at 14.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import pytest
+
+from inferchaos.layers import TRIAGE_ORDER
+from steady_state.catalog import KNOWN_PROBES
+from steady_state.timeline import Row, Timeline
+from steady_state.triage import RULES, Condition, TriageResult, triage
+
+if TYPE_CHECKING:
+    from conftest import Synth
+
+N = 31  # samples 0..30 s
+GIB = 1024**3
+
+
+def step(before: float, after: float, at: int, n: int = N) -> list[float]:
+    return [before if t < at else after for t in range(n)]
+
+
+def healthy_ray(synth: Synth) -> list[Row]:
+    return [
+        *synth.rows("ray.nodes_alive", [3] * N),
+        *synth.rows("ray.nodes_dead", [0] * N),
+        *synth.rows("ray.pending_pgs", [0] * N),
+        *synth.rows("ray.tasks_pending_node_assignment", [0] * N),
+        *synth.rows("ray.gpus_available", [0] * N),
+        *synth.rows("ray.actors_alive", [2] * N, labels={"class": "ServeReplica"}),
+    ]
+
+
+def calm_vllm(synth: Synth, replica: str = "replica-0") -> list[Row]:
+    labels = {"replica": replica}
+    return [
+        *synth.rows("vllm.kv_cache_usage", [0.1] * N, labels=labels),
+        *synth.rows("vllm.num_requests_waiting", [0] * N, labels=labels),
+        *synth.rows("vllm.num_preemptions_total", [0] * N, labels=labels),
+        *synth.rows("vllm.healthy", [1] * N, labels=labels),
+    ]
+
+
+def without(rows: list[Row], probe: str) -> list[Row]:
+    return [r for r in rows if r.probe != probe]
+
+
+def diagnose(
+    synth: Synth,
+    timeline: Timeline,
+    *,
+    lookahead_s: float = 10.0,
+    thresholds: Mapping[str, float] | None = None,
+) -> TriageResult:
+    """Triage a breach at 14 s of a fault injected at 10 s."""
+    return triage(
+        timeline, synth.t0 + 14, since=synth.t0 + 10, lookahead_s=lookahead_s, thresholds=thresholds
+    )
+
+
+def test_kv_flood_is_vllm(synth: Synth) -> None:
+    labels = {"replica": "replica-0"}
+    vllm = without(without(without(calm_vllm(synth), "vllm.kv_cache_usage"), "vllm.num_requests_waiting"),
+                   "vllm.num_preemptions_total")  # fmt: skip
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        vllm,
+        synth.rows("vllm.kv_cache_usage", step(0.1, 0.95, 12), labels=labels),
+        synth.rows("vllm.num_requests_waiting", step(0, 2, 12), labels=labels),
+        synth.rows("vllm.num_preemptions_total", step(0, 3, 13), labels=labels),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "vllm"
+    assert result.reason == "vLLM KV cache 95% full (replica=replica-0)"
+    assert result.evidence["probe"] == "vllm.kv_cache_usage"
+    assert result.evidence["labels"] == labels
+    assert result.evidence["value"] == 0.95
+    also = result.evidence["also"]
+    assert (
+        isinstance(also, list) and any("queued" in a for a in also) and any("preempted 3" in a for a in also)
+    )
+
+
+def test_node_loss_is_ray_although_the_replica_stopped_answering_first(synth: Synth) -> None:
+    # The replica on the lost node stops answering at 12; the GCS marks the node dead at 16,
+    # after the breach: the cause shows up later than its symptom.
+    lost = [r for r in calm_vllm(synth, "replica-1") if r.t < synth.t0 + 12]
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.nodes_dead"),
+        synth.rows("ray.nodes_dead", step(0, 1, 16)),
+        calm_vllm(synth, "replica-0"),
+        lost,
+        synth.error_rows("vllm@replica-1", range(12, N), "ProbeError: replica-1: GET failed: ConnectError"),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "ray"
+    assert result.reason == "1 Ray node(s) dead"
+    also = result.evidence["also"]
+    assert isinstance(also, list) and any(
+        a.startswith("vllm: vLLM replica not answering (instance=replica-1)") for a in also
+    )
+
+
+def test_a_replica_that_stops_answering_with_nothing_below_is_vllm(synth: Synth) -> None:
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        [r for r in calm_vllm(synth) if r.t < synth.t0 + 12],
+        synth.error_rows("vllm@replica-0", range(12, N), "ProbeError: ConnectError"),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "vllm"
+    assert result.evidence["error"] == "ProbeError: ConnectError"
+
+
+def test_an_engine_reporting_unhealthy_is_vllm(synth: Synth) -> None:
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        without(calm_vllm(synth), "vllm.healthy"),
+        synth.rows("vllm.healthy", step(1, 0, 13), labels={"replica": "replica-0"}),
+    )
+    result = diagnose(synth, timeline)
+    assert (result.layer, result.reason) == ("vllm", "vLLM /health failing (replica=replica-0)")
+
+
+def test_device_memory_below_the_replica_need_is_device(synth: Synth) -> None:
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        without(calm_vllm(synth), "vllm.healthy"),
+        synth.rows("vllm.healthy", step(1, 0, 13), labels={"replica": "replica-0"}),
+        synth.rows("device.free_bytes", step(6 * GIB, 0.5 * GIB, 11), labels={"device": "0"}),
+    )
+    result = diagnose(synth, timeline, thresholds={"device.free_bytes": 2 * GIB})
+    assert result.layer == "device"
+    assert result.evidence["labels"] == {"device": "0"} and result.evidence["threshold"] == 2 * GIB
+    # Without knowing what a replica needs, free bytes prove nothing: the symptom remains.
+    assert diagnose(synth, timeline).layer == "vllm"
+
+
+def test_micro_is_checked_before_meso(synth: Synth) -> None:
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.pending_pgs"),
+        synth.rows("ray.pending_pgs", step(0, 1, 11)),
+        without(calm_vllm(synth), "vllm.kv_cache_usage"),
+        synth.rows("vllm.kv_cache_usage", step(0.1, 0.99, 12), labels={"replica": "replica-0"}),
+    )
+    assert diagnose(synth, timeline).layer == "vllm"
+
+
+def test_pending_placement_group_is_ray(synth: Synth) -> None:
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.pending_pgs"),
+        synth.rows("ray.pending_pgs", step(0, 1, 11)),
+        calm_vllm(synth),
+    )
+    result = diagnose(synth, timeline)
+    assert (result.layer, result.reason) == ("ray", "1 Ray placement group(s) PENDING")
+
+
+def test_growing_actors_are_ray(synth: Synth) -> None:
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.actors_alive"),
+        synth.rows("ray.actors_alive", [2 + t // 2 for t in range(N)], labels={"class": "Leaky"}),
+        calm_vllm(synth),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "ray" and result.evidence["labels"] == {"class": "Leaky"}
+    assert result.evidence["value"] == pytest.approx(0.5, abs=0.05)
+
+
+def test_pending_pods_are_k8s_with_their_labels(synth: Synth) -> None:
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth),
+        synth.rows("k8s.pods_pending", step(0, 1, 12), labels={"namespace": "inference"}),
+        synth.rows("k8s.nodes_ready", [3] * N),
+    )
+    result = diagnose(synth, timeline)
+    assert (result.layer, result.reason) == ("k8s", "1 Pod(s) Pending (namespace=inference)")
+
+
+def test_a_lost_kubernetes_node_is_k8s(synth: Synth) -> None:
+    timeline = synth.timeline(
+        healthy_ray(synth), calm_vllm(synth), synth.rows("k8s.nodes_ready", step(3, 2, 12))
+    )
+    result = diagnose(synth, timeline)
+    assert (result.layer, result.reason) == ("k8s", "Ready Kubernetes nodes dropped by 1")
+
+
+def test_a_standing_condition_is_not_the_cause(synth: Synth) -> None:
+    # A node died long before the fault (the GCS keeps listing it): not this breach's cause.
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.nodes_dead"),
+        synth.rows("ray.nodes_dead", [1] * N),
+        calm_vllm(synth),
+    )
+    assert diagnose(synth, timeline).layer == "unknown"
+
+
+def test_a_condition_that_cleared_and_came_back_is_new(synth: Synth) -> None:
+    waiting = [1] * 9 + [0] * 3 + [2] * (N - 12)  # queued at baseline, drained, queued again at 12
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        without(calm_vllm(synth), "vllm.num_requests_waiting"),
+        synth.rows("vllm.num_requests_waiting", waiting, labels={"replica": "replica-0"}),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "vllm" and result.evidence["t"] == synth.t0 + 12
+
+
+def test_causes_far_after_the_breach_are_out_of_the_window(synth: Synth) -> None:
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.nodes_dead"),
+        synth.rows("ray.nodes_dead", step(0, 1, 28)),
+        calm_vllm(synth),
+    )
+    assert diagnose(synth, timeline, lookahead_s=10).layer == "unknown"
+    assert diagnose(synth, timeline, lookahead_s=20).layer == "ray"
+
+
+def test_nothing_matches_is_unknown(synth: Synth) -> None:
+    result = diagnose(synth, synth.timeline(healthy_ray(synth), calm_vllm(synth)))
+    assert result.layer == "unknown" and result.reason.startswith("no triage rule matched")
+    assert result.to_dict()["layer"] == "unknown"
+
+
+def test_the_rule_table_reads_known_probes_of_triage_layers() -> None:
+    for rule in RULES:
+        assert rule.layer in TRIAGE_ORDER
+        if rule.condition is Condition.UNREACHABLE:
+            assert rule.probe == rule.layer.value
+        else:
+            assert rule.probe in KNOWN_PROBES and rule.probe.startswith(f"{rule.layer.value}.")
+    order = [TRIAGE_ORDER.index(rule.layer) for rule in RULES]
+    assert order == sorted(order)  # the table reads in triage order
