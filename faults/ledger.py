@@ -32,10 +32,10 @@ class Ledger:
 
     def record(self, handle: FaultHandle) -> None:
         """Write (or rewrite) the entry for ``handle``; call before acting and as state grows."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(handle.id)
         tmp = path.with_suffix(".tmp")
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(asdict(handle), indent=2, default=str))
             os.replace(tmp, path)
         except OSError as e:

@@ -27,6 +27,9 @@ class LocalEnvConfig:
     port_slot: int = 0
     # Appended to every replica's vLLM command line (e.g. ("--max-num-seqs", "64")).
     vllm_extra_args: tuple[str, ...] = ()
+    # Each replica's stand-in for GPU memory: a memory cgroup of this size (0 turns it off;
+    # it is used only as root with cgroup v1). A replica takes about 1.9 GB at rest.
+    replica_memory_mib: int = 2560
     ready_timeout_s: float = 300.0
     model: TinyModelSpec = field(default_factory=TinyModelSpec)
 
@@ -64,6 +67,10 @@ class LocalEnvConfig:
         for knob, port in (("front_door_port", self.front_door_port), ("replica_base_port", self.replica_base_port)):
             if not 1024 <= port <= 65000:
                 raise ConfigError(f"{knob} must be between 1024 and 65000, got {port}")
+        if self.replica_memory_mib and self.replica_memory_mib < 2048:
+            raise ConfigError(
+                f"replica_memory_mib {self.replica_memory_mib} is below what a replica needs (about 2 GiB); use 0 to turn budgets off"
+            )
         if self.port_slot not in (0, 1):
             raise ConfigError(f"port_slot must be 0 or 1, got {self.port_slot}")
         if self.object_store_mib < 80:

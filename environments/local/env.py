@@ -24,6 +24,7 @@ from environments.base import (
     VllmStatus,
 )
 from environments.local.config import LocalEnvConfig
+from environments.local.memory_budget import remove_budgets
 from environments.local.model import ensure_model
 from environments.local.processes import (
     descendants,
@@ -271,6 +272,8 @@ class LocalEnvironment:
             max_slots=cfg.workers,
             startup_timeout_s=cfg.ready_timeout_s,
             extra_args=cfg.vllm_extra_args,
+            env_id=state.env_id,
+            memory_budget_bytes=cfg.replica_memory_mib * 1024 * 1024,
         )
         ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
         # Serve logs its progress at INFO to stdout; our own progress line says the same.
@@ -389,6 +392,7 @@ class LocalEnvironment:
             (self.state_dir / name).unlink(missing_ok=True)
         shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
         shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
+        remove_budgets(state.env_id)
         return sorted(set(ended))
 
     # -- status -----------------------------------------------------------------------------

@@ -33,6 +33,9 @@ class ReplicaRecord:
     started_at: float
     ready_at: float | None
     log_path: str
+    memory_budget: str = ""
+    failure: str = ""
+    failed_at: float | None = None
 
     def save(self, replicas_dir: Path) -> None:
         path = replicas_dir / f"{self.name}.json"

@@ -25,6 +25,13 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from environments.local.memory_budget import (
+    MemoryBudget,
+    budget_name,
+    budgets_available,
+    join_command,
+    open_budget,
+)
 from environments.local.processes import ENV_MARKER, port_is_free, spawn_process_group
 from environments.local.replica_slots import ReplicaRecord, claim_slot, read_records
 from inferchaos.errors import EnvironmentStartError
@@ -52,6 +59,9 @@ class ReplicaLaunch:
     max_slots: int
     startup_timeout_s: float = 240.0
     extra_args: tuple[str, ...] = ()
+    env_id: str = ""
+    # The replica's "device memory": a memory cgroup of this size (0: no budget).
+    memory_budget_bytes: int = 0
 
 
 def vllm_argv(launch: ReplicaLaunch, port: int) -> list[str]:
@@ -143,7 +153,13 @@ class VLLMReplica:
             time.sleep(0.5)
         log_path = Path(self._launch.state_dir) / "logs" / f"{self._name}.log"
         self._log_path = log_path
-        self._pid = spawn_process_group(vllm_argv(self._launch, self._port), vllm_env(), log_path)
+        argv = vllm_argv(self._launch, self._port)
+        self._budget: MemoryBudget | None = None
+        if self._launch.memory_budget_bytes > 0 and budgets_available()[0]:
+            self._budget = open_budget(budget_name(self._launch.env_id, self._slot), self._launch.memory_budget_bytes)
+            argv = join_command(self._budget, argv)
+        self._oom_kills_before = self._budget.oom_kills() if self._budget else 0
+        self._pid = spawn_process_group(argv, vllm_env(), log_path)
         url = f"http://127.0.0.1:{self._port}"
         self._record = ReplicaRecord(
             name=self._name,
@@ -158,6 +174,7 @@ class VLLMReplica:
             started_at=time.time(),
             ready_at=None,
             log_path=str(log_path),
+            memory_budget=self._budget.name if self._budget else "",
         )
         self._record.save(replicas_dir)
         self._wait_healthy(url)
@@ -172,9 +189,12 @@ class VLLMReplica:
             while time.monotonic() < deadline:
                 if not self._server_alive():
                     self._record.state = "failed"
+                    self._record.failure = self._exit_reason()
+                    self._record.failed_at = time.time()
                     self._record.save(self._replicas_dir)
                     raise EnvironmentStartError(
-                        f"{self._name}: vLLM exited during start-up; last log lines:\n{_log_tail(self._log_path)}"
+                        f"{self._name}: vLLM {self._record.failure} during start-up; "
+                        f"last log lines:\n{_log_tail(self._log_path)}"
                     )
                 try:
                     if client.get(f"{url}/health").status_code == 200:
@@ -190,10 +210,26 @@ class VLLMReplica:
     def _server_alive(self) -> bool:
         """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
         try:
-            reaped, _ = os.waitpid(self._pid, os.WNOHANG)
+            reaped, status = os.waitpid(self._pid, os.WNOHANG)
         except ChildProcessError:
             return psutil.pid_exists(self._pid)
+        if reaped:
+            self._exit_status = status
         return reaped == 0
+
+    def _exit_reason(self) -> str:
+        """Why the server died, in the words an operator would search for."""
+        status = getattr(self, "_exit_status", None)
+        if status is None:
+            what = "exited"
+        elif os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            what = f"was killed by {signal.Signals(sig).name} (exit {128 + sig})"
+        else:
+            what = f"exited with code {os.WEXITSTATUS(status)}"
+        if self._budget is not None and self._budget.oom_kills() > self._oom_kills_before:
+            what += f"; the OOM killer acted in its memory budget {self._budget.name}"
+        return what
 
     async def __call__(self, request: Request) -> Response:
         body = await request.body()
@@ -253,9 +289,12 @@ def build_app(launch: ReplicaLaunch, replicas: int) -> serve.Application:
         ray_actor_options={"num_cpus": 0, "num_gpus": 1},
         max_replicas_per_node=1,
         max_ongoing_requests=MAX_ONGOING_REQUESTS,
-        health_check_period_s=2.0,
+        health_check_period_s=1.0,
         health_check_timeout_s=10.0,
         graceful_shutdown_timeout_s=5.0,
         graceful_shutdown_wait_loop_s=1.0,
+        # A replica whose device is squatted fails at start-up again and again until the
+        # squatter goes; Serve must keep trying rather than give the deployment up.
+        max_constructor_retry_count=100_000,
     )
     return deployment.bind(asdict(launch))

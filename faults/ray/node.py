@@ -18,7 +18,8 @@ from environments.local.processes import kill_tree_now
 from environments.local.state import RayNodeRecord
 from faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from faults.ledger import Ledger
-from faults.ray.common import RayEnvironment, param, reject_unknown, require_local, wait_until
+from faults.params import param, reject_unknown, wait_until
+from faults.ray.common import RayEnvironment, require_local
 from faults.registry import register
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer

@@ -16,7 +16,8 @@ from typing import Any
 
 from faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from faults.ledger import Ledger
-from faults.ray.common import free_gpus, param, reject_unknown, require_local, wait_until
+from faults.params import param, reject_unknown, wait_until
+from faults.ray.common import free_gpus, require_local
 from faults.registry import register
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Bring up the kind environment of inferchaos (idempotent; `down.sh` removes it):
+#   1. generate the tiny model on the host and copy it where kind-config.yaml mounts it;
+#   2. create the kind cluster (1 control plane + 3 workers) and wait for the nodes;
+#   3. give each worker fake nvidia.com/gpu through the node status subresource;
+#   4. build the vLLM CPU image unless it exists, and load it onto the workers;
+#   5. install the KubeRay operator with helm;
+#   6. deploy the RayCluster and the vLLM replicas (requests == limits, one per node, a Service).
+# Needs: kind, kubectl, helm, docker, envsubst, openssl, and the project venv (`make venv`).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+CLUSTER=${CLUSTER:-inferchaos}           # kind-config.yaml names the cluster; keep them equal
+CONTEXT="kind-$CLUSTER"
+NAMESPACE=inferchaos
+VENV=${VENV:-$root/.venv}
+MODELS_HOST_DIR=/tmp/inferchaos-models   # the hostPath of kind-config.yaml's extraMounts
+FAKE_GPUS_PER_NODE=${FAKE_GPUS_PER_NODE:-2}
+VLLM_IMAGE=${VLLM_IMAGE:-inferchaos/vllm-cpu:0.32.0}
+RAY_IMAGE=${RAY_IMAGE:-rayproject/ray:2.60.0-py311-cpu}
+KUBERAY_VERSION=${KUBERAY_VERSION:-1.4.2}
+TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "up.sh: $1 is required but not on PATH" >&2; exit 2; }; }
+for tool in kind kubectl helm docker envsubst openssl; do need "$tool"; done
+[[ -x "$VENV/bin/inferchaos" ]] || { echo "up.sh: no venv at $VENV: run \`make venv\` first" >&2; exit 2; }
+kc() { kubectl --context "$CONTEXT" "$@"; }
+
+echo "== model"
+model_dir=$("$VENV/bin/inferchaos" model)
+MODEL_NAME=$(basename "$model_dir")
+mkdir -p "$MODELS_HOST_DIR"
+rm -rf "${MODELS_HOST_DIR:?}/$MODEL_NAME"
+cp -r "$model_dir" "$MODELS_HOST_DIR/$MODEL_NAME"
+chmod -R a+rX "$MODELS_HOST_DIR"
+
+echo "== cluster $CLUSTER"
+if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  kind create cluster --name "$CLUSTER" --config "$here/kind-config.yaml" ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 180s
+fi
+kc wait --for=condition=Ready nodes --all --timeout=180s
+
+echo "== fake GPUs"
+(cd "$root" && "$VENV/bin/python" -m environments.kind.fake_gpus --context "$CONTEXT" \
+  --selector inferchaos.io/pool=gpu --count "$FAKE_GPUS_PER_NODE")
+
+echo "== images"
+if ! docker image inspect "$VLLM_IMAGE" >/dev/null 2>&1; then
+  docker build -t "$VLLM_IMAGE" --build-arg TORCH_INDEX="$TORCH_INDEX" -f "$here/vllm-cpu.Dockerfile" "$here"
+fi
+workers=$(kind get nodes --name "$CLUSTER" | grep -v control-plane | paste -sd, -)
+kind load docker-image --name "$CLUSTER" --nodes "$workers" "$VLLM_IMAGE"
+
+echo "== KubeRay operator $KUBERAY_VERSION"
+helm repo add kuberay https://ray-project.github.io/kuberay-helm/ --force-update >/dev/null
+helm upgrade --install kuberay-operator kuberay/kuberay-operator --version "$KUBERAY_VERSION" \
+  --namespace kuberay-system --create-namespace --kube-context "$CONTEXT" --wait --timeout 5m
+
+echo "== workloads"
+kc apply -f "$here/manifests/namespace.yaml"
+# Create the Ray token once: a new one on a re-run would lock the running Ray processes out.
+kc -n "$NAMESPACE" get secret ray-auth-token >/dev/null 2>&1 ||
+  kc -n "$NAMESPACE" create secret generic ray-auth-token --from-literal=token="$(openssl rand -hex 32)"
+export VLLM_IMAGE RAY_IMAGE MODEL_NAME
+for manifest in raycluster.yaml vllm.yaml; do
+  envsubst '${VLLM_IMAGE} ${RAY_IMAGE} ${MODEL_NAME}' <"$here/manifests/$manifest" | kc apply -f -
+done
+
+echo "== waiting for the replicas"
+kc -n "$NAMESPACE" rollout status deployment/vllm --timeout=15m
+kc -n "$NAMESPACE" wait raycluster/raycluster-inferchaos --for=condition=RayClusterProvisioned --timeout=10m
+kc get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.allocatable.nvidia\.com/gpu'
+kc -n "$NAMESPACE" get pods -o wide
+echo "kind environment up: context $CONTEXT, namespace $NAMESPACE, model $MODEL_NAME"

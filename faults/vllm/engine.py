@@ -1,0 +1,183 @@
+"""Engine death: SIGKILL a replica's EngineCore; the API server then answers 503 and exits.
+
+This is what a CUDA fault, an OOM in the engine or a segfault in a kernel looks like from
+outside. Serve's health check notices and replaces the replica; revert makes sure it does,
+by asking Serve to replace the replica if it has not already.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+import psutil
+
+from environments.local.replica_slots import ReplicaRecord
+from faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from faults.ledger import Ledger
+from faults.params import param, reject_unknown, wait_until
+from faults.ray.common import require_local
+from faults.registry import register
+from inferchaos.errors import ConfigError, FaultError
+from inferchaos.layers import Layer
+
+logger = logging.getLogger(__name__)
+
+PARAMS = {"replica", "allow_total_outage", "wait_exit_s"}
+ENGINE_PROCESS_NAME = "VLLM::EngineCore"
+
+
+def _health_status(url: str) -> int | None:
+    """HTTP status of /health, or None when nothing answers."""
+    try:
+        return httpx.get(f"{url}/health", timeout=2.0).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def find_engine_core(server_pid: int) -> psutil.Process:
+    """The EngineCore process under a vLLM API server."""
+    try:
+        children = psutil.Process(server_pid).children(recursive=True)
+    except psutil.NoSuchProcess as e:
+        raise FaultError(f"the vLLM server pid {server_pid} is gone") from e
+    for child in children:
+        try:
+            if child.name() == ENGINE_PROCESS_NAME or ENGINE_PROCESS_NAME in " ".join(child.cmdline()):
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    raise FaultError(f"no {ENGINE_PROCESS_NAME} process under vLLM server pid {server_pid}")
+
+
+@register
+class KillEngine(Fault):
+    """SIGKILL the EngineCore process of one vLLM replica."""
+
+    name = "kill_engine"
+    layer = Layer.VLLM
+
+    def _target(self, env: Any, params: dict[str, Any]) -> tuple[ReplicaRecord, list[ReplicaRecord]]:
+        reject_unknown(params, PARAMS, self.name)
+        replica = params.get("replica", 0)
+        wanted = f"replica-{replica}" if isinstance(replica, int) and not isinstance(replica, bool) else str(replica)
+        records = env.replica_records()
+        target = next((r for r in records if r.name == wanted), None)
+        if target is None:
+            raise ConfigError(f"kill_engine: no replica named {wanted!r}; known: {[r.name for r in records]}")
+        if target.state != "healthy":
+            raise ConfigError(f"kill_engine: {wanted} is {target.state}, not healthy; nothing to kill")
+        others = [r for r in records if r.name != wanted and r.state == "healthy"]
+        if not others and not param(params, "allow_total_outage", bool, False, self.name):
+            raise ConfigError(f"kill_engine: {wanted} is the only healthy replica; set allow_total_outage to allow it")
+        return target, others
+
+    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+        env = require_local(env, self.name)
+        param(params, "wait_exit_s", float, 30.0, self.name)
+        target, others = self._target(env, params)
+        engine = find_engine_core(target.vllm_pid)
+        return FaultPlan(
+            fault=self.name,
+            layer=self.layer,
+            description=(
+                f"SIGKILL the EngineCore (pid {engine.pid}) of {target.name}; its server answers 503 and exits; "
+                f"{', '.join(r.name for r in others) or 'no replica'} keeps serving; Serve replaces {target.name}"
+            ),
+            targets=[f"replica:{target.name}", f"pid:{engine.pid}"],
+            params=params,
+        )
+
+    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
+        env = require_local(env, self.name)
+        target, _ = self._target(env, params)
+        engine = find_engine_core(target.vllm_pid)
+        handle = FaultHandle(
+            fault=self.name,
+            layer=self.layer,
+            params=params,
+            env=env.name,
+            state={
+                "replica": target.name,
+                "url": target.url,
+                "server_pid": target.vllm_pid,
+                "engine_pid": engine.pid,
+                "actor_pid": target.actor_pid,
+                "started_at_before": target.started_at,
+            },
+        )
+        ledger.record(handle)
+        engine.kill()
+        handle.injected_at = time.time()
+        ledger.record(handle)
+        wait_s = param(params, "wait_exit_s", float, 30.0, self.name)
+        # The server notices its engine is gone, answers 503 for a moment, then exits.
+        handle.state["unhealthy_at"] = wait_until(lambda: _health_status(target.url) != 200, wait_s, 0.1)
+        handle.state["server_exited_at"] = wait_until(lambda: not psutil.pid_exists(target.vllm_pid) or _is_zombie(target.vllm_pid), wait_s, 0.2)
+        ledger.record(handle)
+        return handle
+
+    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
+        env = require_local(env, self.name)
+        replaced = self._replacement(env, handle)
+        if replaced is None and psutil.pid_exists(handle.state["actor_pid"]):
+            # Serve has not replaced the replica yet: end its actor so Serve must.
+            import ray
+
+            env.connect_ray()
+            from ray.util.state import list_actors
+
+            for actor in list_actors(filters=[("pid", "=", handle.state["actor_pid"])], raise_on_missing_output=False):
+                if actor.state == "ALIVE" and actor.name:
+                    ray.kill(ray.get_actor(actor.name, namespace=actor.ray_namespace))
+        handle.reverted_at = handle.reverted_at or time.time()
+        ledger.record(handle)
+        ledger.remove(handle.id)
+
+    def _replacement(self, env: Any, handle: FaultHandle) -> ReplicaRecord | None:
+        for record in env.replica_records():
+            if record.name == handle.state["replica"] and record.started_at > handle.state["started_at_before"]:
+                return record
+        return None
+
+    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+        env = require_local(env, self.name)
+        replacement = self._replacement(env, handle)
+        unhealthy_at = handle.state.get("unhealthy_at")
+        exited_at = handle.state.get("server_exited_at")
+        bit = unhealthy_at is not None and exited_at is not None
+        healthy_again = replacement is not None and replacement.state == "healthy" and _health_status(replacement.url) == 200
+        timestamps = {
+            k: v
+            for k, v in {
+                "injected_at": handle.injected_at,
+                "unhealthy_at": unhealthy_at,
+                "server_exited_at": exited_at,
+                "reverted_at": handle.reverted_at,
+                "replica_healthy_at": replacement.ready_at if healthy_again and replacement else None,
+            }.items()
+            if v
+        }
+        symptoms = {
+            "replica": handle.state["replica"],
+            "engine_pid": handle.state["engine_pid"],
+            "health_failed_after_s": round(unhealthy_at - handle.injected_at, 2) if unhealthy_at and handle.injected_at else None,
+            "server_exited_after_s": round(exited_at - handle.injected_at, 2) if exited_at and handle.injected_at else None,
+            "replica_replaced": replacement is not None,
+            "replica_healthy_again": healthy_again,
+        }
+        reason = (
+            f"{handle.state['replica']}'s engine died: /health failed and the server exited"
+            if bit
+            else f"{handle.state['replica']}'s server kept answering after its engine was killed"
+        )
+        return Evidence(bit=bit, reason=reason, symptoms=symptoms, timestamps=timestamps)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -1,0 +1,372 @@
+"""KV-cache flood: concurrent long-context streaming requests that fill vLLM's KV cache.
+
+Prompts are sized from the served ``max_model_len`` (read from /v1/models) to sit close to the
+context limit, outputs are long (``ignore_eos``), and the default concurrency comes from the
+replicas' KV capacity (``vllm:cache_config_info``), so the flood saturates the cache without
+tuning. The flood runs in a background thread of the injecting process, so the canary and the
+sampler keep going; revert closes every flood connection, which makes vLLM abort the requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from faults.ledger import Ledger
+from faults.params import param, reject_unknown
+from faults.registry import register
+from faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
+from inferchaos.errors import ConfigError, FaultError, ProbeError
+from inferchaos.layers import Layer
+from steady_state.openai_stream import stream_completion
+from steady_state.vllm import parse_metrics
+
+logger = logging.getLogger(__name__)
+
+PARAMS = {"target", "concurrency", "rate_per_s", "duration_s", "prompt_fraction", "max_concurrency", "saturate_timeout_s"}
+WORDS = ("alpha", "beta", "gamma", "delta", "omega", "serve", "token", "cache", "block", "queue", "node", "ray")
+DEFAULT_MAX_CONCURRENCY = 64
+
+
+@dataclass
+class FloodSettings:
+    """Everything the flood thread needs, resolved before anything is sent."""
+
+    url: str
+    model: str
+    metrics_urls: dict[str, str]
+    max_model_len: int
+    prompt_tokens: int
+    max_tokens: int
+    words_per_prompt: int
+    concurrency: int
+    rate_per_s: float
+    duration_s: float | None
+    kv_capacity_tokens: int
+
+
+@dataclass
+class FloodObservations:
+    """What the flood's own monitor saw on the targets' /metrics (ground truth for evidence)."""
+
+    started_at: float = 0.0
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    max_kv_usage: float = 0.0
+    max_waiting: float = 0.0
+    preemptions_at_start: float = 0.0
+    preemptions_max: float = 0.0
+    saturated_at: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def _prompt(words: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def _count_tokens(url: str, model: str, text: str) -> int:
+    try:
+        response = httpx.post(f"{url}/tokenize", json={"model": model, "prompt": text}, timeout=10)
+        response.raise_for_status()
+        return int(response.json()["count"])
+    except (httpx.HTTPError, KeyError, ValueError) as e:
+        raise FaultError(f"could not size flood prompts with {url}/tokenize: {e}") from e
+
+
+def _read_snapshot(url: str) -> Any:
+    return parse_metrics(httpx.get(url, timeout=5).text)
+
+
+class _FloodThread(threading.Thread):
+    """Owns an asyncio loop that keeps ``concurrency`` long streams open until stopped."""
+
+    def __init__(self, settings: FloodSettings, handle_id: str) -> None:
+        super().__init__(name=f"flood-{handle_id}", daemon=True)
+        self.settings = settings
+        self.obs = FloodObservations()
+        self._seed = int(handle_id, 16) % 10_000_000
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._ready = threading.Event()
+
+    def run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._loop.close()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Close every flood connection and wait for the thread to end."""
+        self._ready.wait(timeout=5)
+        if self._loop is not None and self._stop_event is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop_event.set)
+        self.join(timeout=timeout_s)
+
+    async def _main(self) -> None:
+        s = self.settings
+        self._stop_event = asyncio.Event()
+        self._ready.set()
+        self.obs.started_at = time.time()
+        limits = httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), limits=limits) as client:
+            gate = asyncio.Semaphore(s.concurrency)
+            monitor = asyncio.create_task(self._monitor(client))
+            launcher = asyncio.create_task(self._launch(client, gate))
+            stop_wait = asyncio.create_task(self._stop_event.wait())
+            waits = {stop_wait}
+            if s.duration_s:
+                waits.add(asyncio.create_task(asyncio.sleep(s.duration_s)))
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in (launcher, monitor, *waits):
+                task.cancel()
+            await asyncio.gather(launcher, monitor, *waits, return_exceptions=True)
+
+    async def _launch(self, client: httpx.AsyncClient, gate: asyncio.Semaphore) -> None:
+        s = self.settings
+        interval = 1.0 / s.rate_per_s if s.rate_per_s > 0 else 0.0
+        in_flight: set[asyncio.Task[None]] = set()
+        n = 0
+        try:
+            while True:
+                await gate.acquire()
+                task = asyncio.create_task(self._one(client, n, gate))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                n += 1
+                if interval:
+                    await asyncio.sleep(interval)
+        finally:
+            # Cancelling a stream closes its connection: vLLM sees the client go and aborts.
+            for task in in_flight:
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
+
+    async def _one(self, client: httpx.AsyncClient, n: int, gate: asyncio.Semaphore) -> None:
+        s = self.settings
+        body = {
+            "model": s.model,
+            "prompt": _prompt(s.words_per_prompt, self._seed + n),
+            "max_tokens": s.max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        self.obs.sent += 1
+        try:
+            async with client.stream("POST", f"{s.url}/v1/completions", json=body) as response:
+                if response.status_code != 200:
+                    self.obs.failed += 1
+                    if len(self.obs.errors) < 5:
+                        self.obs.errors.append(f"HTTP {response.status_code}: {(await response.aread())[:200]!r}")
+                    return
+                async for _ in response.aiter_lines():
+                    pass
+            self.obs.completed += 1
+        except httpx.HTTPError as e:
+            self.obs.failed += 1
+            if len(self.obs.errors) < 5:
+                self.obs.errors.append(f"{type(e).__name__}: {e}")
+        finally:
+            gate.release()
+
+    async def _monitor(self, client: httpx.AsyncClient) -> None:
+        first = True
+        while True:
+            for url in self.settings.metrics_urls.values():
+                try:
+                    snap = parse_metrics((await client.get(url, timeout=5)).text)
+                except (httpx.HTTPError, ProbeError):
+                    continue
+                if first:
+                    self.obs.preemptions_at_start += snap.preemptions_total
+                self.obs.max_kv_usage = max(self.obs.max_kv_usage, snap.kv_cache_usage)
+                self.obs.max_waiting = max(self.obs.max_waiting, snap.waiting)
+                self.obs.preemptions_max = max(self.obs.preemptions_max, snap.preemptions_total)
+                if snap.kv_cache_usage >= 0.9 and self.obs.saturated_at is None:
+                    self.obs.saturated_at = time.time()
+            first = False
+            await asyncio.sleep(0.5)
+
+
+@register
+class FloodKvCache(Fault):
+    """Fill vLLM's KV cache with long-context streaming requests."""
+
+    name = "flood_kv_cache"
+    layer = Layer.VLLM
+
+    def __init__(self) -> None:
+        self._threads: dict[str, _FloodThread] = {}
+
+    def settings(self, env: Any, params: dict[str, Any]) -> tuple[VllmTarget, FloodSettings]:
+        """Resolve the target and size the flood; touches nothing."""
+        reject_unknown(params, PARAMS, self.name)
+        target = resolve_target(env, param(params, "target", str, FRONT_DOOR, self.name))
+        fraction = param(params, "prompt_fraction", float, 0.7, self.name)
+        if not 0.1 <= fraction <= 0.9:
+            raise ConfigError(f"flood_kv_cache: prompt_fraction must be between 0.1 and 0.9, got {fraction}")
+        rate = param(params, "rate_per_s", float, 0.0, self.name)
+        duration = param(params, "duration_s", float, None, self.name)
+        if rate < 0 or (duration is not None and duration <= 0):
+            raise ConfigError("flood_kv_cache: rate_per_s must be >= 0 and duration_s positive")
+        max_len = served_max_model_len(target.url, target.model)
+        capacity = 0
+        for url in target.metrics_urls.values():
+            try:
+                capacity += _read_snapshot(url).kv_capacity_tokens or 0
+            except (httpx.HTTPError, ProbeError) as e:
+                raise FaultError(f"flood_kv_cache: could not read KV capacity from {url}: {e}") from e
+        if capacity <= 0:
+            raise FaultError("flood_kv_cache: the replicas do not report their KV capacity (vllm:cache_config_info)")
+        prompt_tokens = int(max_len * fraction)
+        sample = _prompt(200, 0)
+        tokens_per_word = _count_tokens(target.url, target.model, sample) / 200
+        words = max(1, int(prompt_tokens / tokens_per_word * 0.95))
+        # Room for tokenization to vary between prompts, so none exceeds the context limit.
+        max_tokens = max(16, max_len - int(prompt_tokens * 1.1) - 16)
+        concurrency = param(params, "concurrency", int, None, self.name)
+        if concurrency is None:
+            # Enough prompts to overfill every replica's cache at prefill, plus queued ones.
+            per_replica = math.ceil(capacity / len(target.metrics_urls) / prompt_tokens) + 2
+            concurrency = per_replica * len(target.metrics_urls)
+        cap = param(params, "max_concurrency", int, DEFAULT_MAX_CONCURRENCY, self.name)
+        if not 1 <= concurrency <= cap:
+            raise ConfigError(f"flood_kv_cache: concurrency {concurrency} must be between 1 and max_concurrency {cap}")
+        return target, FloodSettings(
+            url=target.url,
+            model=target.model,
+            metrics_urls=target.metrics_urls,
+            max_model_len=max_len,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            words_per_prompt=words,
+            concurrency=concurrency,
+            rate_per_s=rate,
+            duration_s=duration,
+            kv_capacity_tokens=capacity,
+        )
+
+    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+        target, s = self.settings(env, params)
+        return FaultPlan(
+            fault=self.name,
+            layer=self.layer,
+            description=(
+                f"keep {s.concurrency} streaming completions of ~{s.prompt_tokens} prompt tokens and "
+                f"{s.max_tokens} output tokens (ignore_eos) open against {target.name} ({s.url}); "
+                f"KV capacity {s.kv_capacity_tokens} tokens; revert closes every connection"
+            ),
+            targets=[f"vllm:{name}" for name in s.metrics_urls],
+            params={**params, "concurrency": s.concurrency},
+        )
+
+    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
+        target, s = self.settings(env, params)
+        baseline = [stream_completion(s.url, s.model, "ping", max_tokens=4, timeout_s=30) for _ in range(3)]
+        handle = FaultHandle(
+            fault=self.name,
+            layer=self.layer,
+            params={**params, "concurrency": s.concurrency},
+            env=env.name,
+            state={"settings": asdict(s), "target": target.name},
+        )
+        handle.state["probe_ttft_before_s"] = _median([r.ttft_s for r in baseline if r.ok])
+        ledger.record(handle)
+        thread = _FloodThread(s, handle.id)
+        handle.injected_at = time.time()
+        thread.start()
+        self._threads[handle.id] = thread
+        saturate_timeout = param(params, "saturate_timeout_s", float, 30.0, self.name)
+        deadline = time.monotonic() + saturate_timeout
+        while time.monotonic() < deadline and thread.obs.saturated_at is None and thread.is_alive():
+            time.sleep(0.2)
+        during = [stream_completion(s.url, s.model, "ping", max_tokens=4, timeout_s=60) for _ in range(3)]
+        handle.state["probe_ttft_during_s"] = _median([r.ttft_s for r in during if r.ok])
+        handle.state["observations"] = asdict(thread.obs)
+        ledger.record(handle)
+        return handle
+
+    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
+        thread = self._threads.pop(handle.id, None)
+        if thread is not None:
+            thread.stop()
+            handle.reverted_at = time.time()
+            handle.state["observations"] = asdict(thread.obs)
+            urls = list(handle.state["settings"]["metrics_urls"].values())
+            handle.state["drained_at"] = _wait_drained(urls, timeout_s=30.0)
+            ledger.record(handle)
+        # A flood from a process that died ended with it: its connections closed with the process.
+        ledger.remove(handle.id)
+
+    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+        thread = self._threads.get(handle.id)
+        obs = asdict(thread.obs) if thread is not None else handle.state.get("observations", {})
+        preempted = obs.get("preemptions_max", 0) - obs.get("preemptions_at_start", 0)
+        saturated = obs.get("max_kv_usage", 0.0) >= 0.9
+        queued = obs.get("max_waiting", 0) > 0 or preempted > 0
+        before, during = handle.state.get("probe_ttft_before_s"), handle.state.get("probe_ttft_during_s")
+        bit = saturated and queued
+        injected = handle.injected_at or 0.0
+        timestamps = {
+            k: v
+            for k, v in {
+                "injected_at": handle.injected_at,
+                "kv_saturated_at": obs.get("saturated_at"),
+                "reverted_at": handle.reverted_at,
+                "queue_drained_at": handle.state.get("drained_at"),
+            }.items()
+            if v
+        }
+        symptoms = {
+            "target": handle.state["target"],
+            "concurrency": handle.state["settings"]["concurrency"],
+            "prompt_tokens": handle.state["settings"]["prompt_tokens"],
+            "max_kv_cache_usage": round(obs.get("max_kv_usage", 0.0), 3),
+            "saturated_after_s": round(obs["saturated_at"] - injected, 2) if obs.get("saturated_at") else None,
+            "max_waiting": obs.get("max_waiting", 0),
+            "preemptions": preempted,
+            "probe_ttft_before_s": before,
+            "probe_ttft_during_s": during,
+            "flood_requests_sent": obs.get("sent", 0),
+            "flood_requests_failed": obs.get("failed", 0),
+            "flood_errors": obs.get("errors", []),
+        }
+        if handle.state.get("drained_at") and handle.reverted_at:
+            symptoms["queue_drained_after_s"] = round(handle.state["drained_at"] - handle.reverted_at, 2)
+        reason = (
+            f"KV cache reached {obs.get('max_kv_usage', 0):.2f}, {obs.get('max_waiting', 0):g} requests waited, "
+            f"{preempted:g} preemptions"
+            if bit
+            else f"KV cache peaked at {obs.get('max_kv_usage', 0):.2f} with no queue or preemption"
+        )
+        return Evidence(bit=bit, reason=reason, symptoms=symptoms, timestamps=timestamps)
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = sorted(v for v in values if v is not None)
+    return present[len(present) // 2] if present else None
+
+
+def _wait_drained(metrics_urls: list[str], timeout_s: float) -> float | None:
+    """The time every target shows no running or waiting request, or None."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            snaps = [_read_snapshot(url) for url in metrics_urls]
+        except (httpx.HTTPError, ProbeError):
+            snaps = []
+        if snaps and all(s.running == 0 and s.waiting == 0 for s in snaps):
+            return time.time()
+        time.sleep(0.25)
+    return None
