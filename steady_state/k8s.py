@@ -77,7 +77,11 @@ def classify_reason(text: str) -> tuple[ReasonKind, str]:
         return ReasonKind.INSUFFICIENT_RESOURCE, "pods"
     if m := _TAINT.search(text):
         taint = m.group(1).strip()
-        kind = ReasonKind.UNSCHEDULABLE_NODE if taint.split(":")[0] == CORDON_TAINT else ReasonKind.UNTOLERATED_TAINT
+        kind = (
+            ReasonKind.UNSCHEDULABLE_NODE
+            if taint.split(":")[0] == CORDON_TAINT
+            else ReasonKind.UNTOLERATED_TAINT
+        )
         return kind, taint
     if "were unschedulable" in text:
         return ReasonKind.UNSCHEDULABLE_NODE, ""
@@ -143,7 +147,9 @@ class PendingPodReasons:
         if failure is None:
             return cls(namespace, pod, message)
         reasons = {r.text: r.nodes for r in failure.reasons}
-        return cls(namespace, pod, message, failure.nodes_available, failure.nodes_total, reasons, failure.reasons)
+        return cls(
+            namespace, pod, message, failure.nodes_available, failure.nodes_total, reasons, failure.reasons
+        )
 
     @property
     def kinds(self) -> dict[ReasonKind, int]:
@@ -256,7 +262,10 @@ class K8sProbe:
         nodes = CoreV1Api(self.api_client).list_node(label_selector=self.node_selector or None).items
         ready = [n for n in nodes if _condition_true(n.status.conditions if n.status else None, "Ready")]
         schedulable = [n for n in ready if not (n.spec and n.spec.unschedulable)]
-        return [Sample("k8s.nodes_ready", float(len(ready))), Sample("k8s.nodes_schedulable", float(len(schedulable)))]
+        return [
+            Sample("k8s.nodes_ready", float(len(ready))),
+            Sample("k8s.nodes_schedulable", float(len(schedulable))),
+        ]
 
     def _deployments(self) -> list[Sample]:
         samples = []
@@ -264,7 +273,9 @@ class K8sProbe:
             labels = {"deployment": d.metadata.name}
             status = d.status
             samples.append(Sample("k8s.deployment_ready_replicas", float(status.ready_replicas or 0), labels))
-            samples.append(Sample("k8s.deployment_available_replicas", float(status.available_replicas or 0), labels))
+            samples.append(
+                Sample("k8s.deployment_available_replicas", float(status.available_replicas or 0), labels)
+            )
         return samples
 
     def _pods(self) -> list[Sample]:
@@ -272,7 +283,9 @@ class K8sProbe:
         pending = sum(1 for p in pods if p.status and p.status.phase == "Pending")
         samples = [Sample("k8s.pods_pending", float(pending), {"namespace": self.namespace})]
         for pod in pods:
-            restarts = sum(s.restart_count for s in (pod.status.container_statuses if pod.status else None) or [])
+            restarts = sum(
+                s.restart_count for s in (pod.status.container_statuses if pod.status else None) or []
+            )
             samples.append(Sample("k8s.pod_restarts", float(restarts), {"pod": pod.metadata.name}))
         return samples
 
@@ -292,7 +305,9 @@ class K8sProbe:
             conditions = status.get("conditions") or []
             samples += [
                 Sample("k8s.raycluster_ready_workers", float(status.get("readyWorkerReplicas", 0)), labels),
-                Sample("k8s.raycluster_desired_workers", float(status.get("desiredWorkerReplicas", 0)), labels),
+                Sample(
+                    "k8s.raycluster_desired_workers", float(status.get("desiredWorkerReplicas", 0)), labels
+                ),
                 Sample("k8s.raycluster_provisioned", _flag(conditions, "RayClusterProvisioned"), labels),
                 Sample("k8s.raycluster_head_ready", _flag(conditions, "HeadPodReady"), labels),
             ]

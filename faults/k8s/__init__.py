@@ -1,0 +1,9 @@
+"""Kubernetes (macro) layer faults; importing this package registers them.
+
+See :mod:`faults.k8s.client` for what an environment must expose, :mod:`faults.k8s.allowlist`
+for the blast-radius fence, and :mod:`faults.k8s.actions` for the Chaos Toolkit actions.
+"""
+
+from faults.k8s import ledger, node, pod
+
+__all__ = ["ledger", "node", "pod"]

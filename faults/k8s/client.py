@@ -1,0 +1,98 @@
+"""How the Kubernetes faults reach a cluster.
+
+Faults take an ``env`` that is duck-typed, so any environment driver (kind, a real cluster,
+a test double around a fake API server) can serve them. It must expose:
+
+- ``env.k8s``: a :class:`K8sTarget` (the kube ``ApiClient``, the allow-list, the container
+  runtime that runs kind's node containers, and the name of the kube context);
+- ``env.name``: the environment's name, recorded in every ledger entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.config import new_client_from_config
+from kubernetes.config.config_exception import ConfigException
+
+from faults.k8s.allowlist import K8sAllowList
+from inferchaos.errors import ConfigError
+
+
+@dataclass
+class K8sTarget:
+    """One cluster a fault may act on, fenced by its allow-list.
+
+    ``context`` names the kube context ``api_client`` was built from; plans refuse to act
+    unless it is in ``allow.contexts``, so a client pointed at the wrong cluster acts nowhere.
+    """
+
+    api_client: ApiClient
+    allow: K8sAllowList
+    runtime: str = "docker"
+    context: str | None = None
+
+    @property
+    def core(self) -> CoreV1Api:
+        """Nodes, Pods, evictions, events."""
+        return CoreV1Api(self.api_client)
+
+    @property
+    def apps(self) -> AppsV1Api:
+        """Deployments."""
+        return AppsV1Api(self.api_client)
+
+    @property
+    def custom(self) -> CustomObjectsApi:
+        """Custom resources such as KubeRay's RayClusters."""
+        return CustomObjectsApi(self.api_client)
+
+
+def target_of(env: Any) -> K8sTarget:
+    """The K8sTarget of ``env``; ConfigError when the environment has no Kubernetes layer."""
+    target = getattr(env, "k8s", None)
+    if not isinstance(target, K8sTarget):
+        raise ConfigError(
+            f"environment {env_name(env)!r} has no Kubernetes layer: Kubernetes faults need env.k8s "
+            "to be a faults.k8s.client.K8sTarget"
+        )
+    return target
+
+
+def env_name(env: Any) -> str:
+    """The name an environment gives itself, for ledger entries."""
+    return str(getattr(env, "name", type(env).__name__))
+
+
+def connect_kubeconfig(
+    context: str, allow: K8sAllowList, runtime: str = "docker", config_file: str | None = None
+) -> K8sTarget:
+    """A K8sTarget for ``context`` of a kubeconfig file (``$KUBECONFIG`` or ~/.kube/config)."""
+    try:
+        api_client = new_client_from_config(config_file=config_file, context=context, persist_config=False)
+    except (ConfigException, OSError) as e:
+        raise ConfigError(f"could not load kube context {context!r}: {e}") from e
+    return K8sTarget(api_client=api_client, allow=allow, runtime=runtime, context=context)
+
+
+def connect_url(
+    url: str,
+    context: str,
+    allow: K8sAllowList,
+    token: str | None = None,
+    runtime: str = "docker",
+    ca_file: str | None = None,
+) -> K8sTarget:
+    """A K8sTarget for an API server URL with an optional bearer token (no kubeconfig).
+
+    ``context`` is the name this cluster goes by in the allow-list.
+    """
+    configuration = Configuration(host=url)
+    if token:
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    if ca_file:
+        configuration.ssl_ca_cert = ca_file
+    return K8sTarget(api_client=ApiClient(configuration), allow=allow, runtime=runtime, context=context)

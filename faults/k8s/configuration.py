@@ -1,0 +1,81 @@
+"""Build the environment the faults need from a Chaos Toolkit ``configuration`` and ``secrets``.
+
+Keys read from ``configuration`` (``secrets`` holds only the token)::
+
+    inferchaos_env: kind              # the name recorded in ledger entries (default "chaostoolkit")
+    inferchaos_ledger: .inferchaos/ledger   # optional; default: the state folder's ledger
+    kube_context: kind-inferchaos     # required: the context to use, checked against the allow-list
+    kubeconfig: ~/.kube/config        # optional; default: $KUBECONFIG or ~/.kube/config
+    kube_api_url: https://host:6443   # optional: talk to this URL instead of reading a kubeconfig
+    kube_ca_file: /path/ca.crt        # optional, with kube_api_url
+    container_runtime: docker         # or podman: runs kind's node containers
+    k8s_allow:                        # required: see faults.k8s.allowlist.K8sAllowList
+      contexts: [kind-inferchaos]
+      namespaces: [inferchaos]
+      node_selector: inferchaos.io/pool=gpu
+      max_targets: 1
+
+    secrets: {kube_token: ...}        # bearer token, with kube_api_url
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from faults.k8s.allowlist import K8sAllowList
+from faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
+from faults.ledger import Ledger
+from inferchaos.errors import ConfigError
+
+
+@dataclass
+class ChaosToolkitEnv:
+    """The duck-typed environment (``name``, ``k8s``) the faults act through."""
+
+    name: str
+    k8s: K8sTarget
+
+
+def env_from_configuration(
+    configuration: dict[str, Any] | None, secrets: dict[str, Any] | None
+) -> ChaosToolkitEnv:
+    """The environment described by a Chaos Toolkit configuration; ConfigError when incomplete."""
+    config = configuration or {}
+    context = config.get("kube_context")
+    if not context:
+        raise ConfigError("configuration needs kube_context: the kube context the faults may act on")
+    allow_block = config.get("k8s_allow")
+    if not isinstance(allow_block, dict):
+        raise ConfigError(
+            "configuration needs a k8s_allow block (contexts, namespaces, node_selector, max_targets)"
+        )
+    allow = K8sAllowList.from_dict(allow_block)
+    runtime = str(config.get("container_runtime", "docker"))
+    if config.get("kube_api_url"):
+        token = (secrets or {}).get("kube_token")
+        target = connect_url(
+            str(config["kube_api_url"]),
+            context,
+            allow,
+            token=token,
+            runtime=runtime,
+            ca_file=config.get("kube_ca_file"),
+        )
+    else:
+        kubeconfig = config.get("kubeconfig")
+        target = connect_kubeconfig(
+            context,
+            allow,
+            runtime=runtime,
+            config_file=os.path.expanduser(kubeconfig) if kubeconfig else None,
+        )
+    return ChaosToolkitEnv(name=str(config.get("inferchaos_env", "chaostoolkit")), k8s=target)
+
+
+def ledger_from_configuration(configuration: dict[str, Any] | None) -> Ledger:
+    """The ledger named by ``inferchaos_ledger``, else the state folder's."""
+    folder = (configuration or {}).get("inferchaos_ledger")
+    return Ledger(Path(folder)) if folder else Ledger()

@@ -1,0 +1,83 @@
+"""Fixtures of the Kubernetes-layer tests: one fake API server per session, a fresh kind-like
+cluster per test, the real ``kubernetes`` client pointed at it over loopback.
+
+Every test ends by asserting that no request body failed the Kubernetes schema check.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_apiserver import FakeApiServer, FakeCluster
+from k8s_doubles import RUNTIME_SCRIPT, FakeRuntime, KindEnv
+from k8s_objects import GPU_POOL, NS, WORKERS, kind_cluster
+from kubernetes.client import ApiClient, Configuration
+
+from faults.k8s.allowlist import K8sAllowList
+from faults.k8s.client import K8sTarget
+from faults.ledger import Ledger
+
+CONTEXT = "kind-inferchaos"
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeApiServer]:
+    server = FakeApiServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(fake_server: FakeApiServer) -> Iterator[FakeCluster]:
+    """A fresh kind-like cluster behind the server; fails the test if any request was schema-invalid."""
+    fake_server.cluster = kind_cluster(FakeCluster())
+    yield fake_server.cluster
+    assert fake_server.cluster.rejected == [], "the code sent objects the Kubernetes schema rejects"
+
+
+@pytest.fixture
+def api_client(fake_server: FakeApiServer, cluster: FakeCluster) -> Iterator[ApiClient]:
+    client = ApiClient(Configuration(host=fake_server.url))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def allow() -> K8sAllowList:
+    return K8sAllowList(contexts=[CONTEXT], namespaces=[NS], node_selector=GPU_POOL, max_targets=3)
+
+
+@pytest.fixture
+def fake_runtime(tmp_path: Path) -> FakeRuntime:
+    binary = tmp_path / "bin" / "docker"
+    binary.parent.mkdir()
+    binary.write_text(f"#!{sys.executable}\n{RUNTIME_SCRIPT}")
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    runtime = FakeRuntime(binary)
+    runtime.state_file.write_text(json.dumps({name: True for name in WORKERS}))
+    return runtime
+
+
+@pytest.fixture
+def env(api_client: ApiClient, allow: K8sAllowList, fake_runtime: FakeRuntime) -> KindEnv:
+    return KindEnv("kind", K8sTarget(api_client, allow, runtime=str(fake_runtime.binary), context=CONTEXT))
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "ledger")
+
+
+@pytest.fixture
+def unwritable_ledger() -> Ledger:
+    """A ledger whose folder exists but refuses new files, even to root (sysfs creates none)."""
+    folder = Path("/sys")
+    if not folder.is_dir():
+        pytest.skip("needs Linux sysfs for a folder nobody can write")
+    return Ledger(folder)

@@ -1,0 +1,79 @@
+"""The fake API server's own guarantees, which the other tests lean on: it refuses what a real
+API server refuses, so a passing test means the code sent what Kubernetes accepts."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from fake_apiserver import ApiError, FakeApiServer, FakeCluster, label_selector_matches
+from k8s_objects import NS, WORKERS
+from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+
+def test_a_schema_invalid_object_is_refused_and_recorded(
+    fake_server: FakeApiServer, cluster: FakeCluster
+) -> None:
+    # Raw HTTP: the client's own models refuse unknown fields before sending anything.
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad"},
+           "spec": {"containers": [{"name": "main", "image": "pause", "imagePullPolcy": "Always"}]}}  # fmt: skip
+    request = urllib.request.Request(f"{fake_server.url}/api/v1/namespaces/{NS}/pods", data=json.dumps(bad).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 422
+    assert [r.kind for r in cluster.rejected] == ["Pod"] and "imagePullPolcy" in cluster.rejected[0].error
+    assert "bad" not in cluster.names("pods", NS)
+    cluster.rejected.clear()  # seen; the fixture's end-of-test check is for unexpected ones
+
+
+def test_a_stale_write_conflicts_and_a_failed_json_patch_test_is_invalid(
+    api_client: ApiClient, cluster: FakeCluster
+) -> None:
+    core = CoreV1Api(api_client)
+    with pytest.raises(ApiException) as stale:
+        core.patch_node(WORKERS[0], {"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": True}})
+    assert stale.value.status == 409
+    with pytest.raises(ApiException) as failed:
+        core.patch_node(WORKERS[0], [{"op": "test", "path": "/spec/unschedulable", "value": True}])
+    assert failed.value.status == 422
+    assert "unschedulable" not in cluster.get("nodes", WORKERS[0])["spec"]
+
+
+def test_the_status_subresource_and_the_main_resource_keep_to_their_parts(
+    api_client: ApiClient, cluster: FakeCluster
+) -> None:
+    core = CoreV1Api(api_client)
+    core.patch_node(WORKERS[0], {"status": {"capacity": {"nvidia.com/gpu": "8"}}})
+    assert cluster.get("nodes", WORKERS[0])["status"]["capacity"]["nvidia.com/gpu"] == "2"
+    core.patch_node_status(
+        WORKERS[0], {"spec": {"unschedulable": True}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
+    )
+    node = cluster.get("nodes", WORKERS[0])
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "8" and "unschedulable" not in node["spec"]
+
+
+@pytest.mark.parametrize(
+    ("selector", "matches"),
+    [
+        ("app=vllm", True),
+        ("app==vllm,tier!=cache", True),
+        ("app in (vllm, router),!canary", True),
+        ("app notin (vllm)", False),
+        ("tier", False),
+        ("app=vllm,zone=eu", False),
+    ],
+)
+def test_label_selectors_follow_kubernetes(selector: str, matches: bool) -> None:
+    assert label_selector_matches(selector, {"app": "vllm"}) is matches
+
+
+def test_an_unsupported_field_selector_is_a_bad_request(api_client: ApiClient, cluster: FakeCluster) -> None:
+    with pytest.raises(ApiException) as refused:
+        CoreV1Api(api_client).list_namespaced_pod(NS, field_selector="spec.schedulerName=default-scheduler")
+    assert refused.value.status == 400
+    with pytest.raises(ApiError):
+        label_selector_matches("app in vllm", {})
