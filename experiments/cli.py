@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -15,9 +17,15 @@ from environments.base import EnvStatus
 from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from environments.local.model import TinyModelSpec, ensure_model
+from experiments.env_config import load_env_config
 from experiments.progress import Progress
-from inferchaos.errors import ConfigError, InferchaosError
-from steady_state.openai_stream import stream_completion
+from experiments.runner import RunOptions, run_experiment
+from experiments.spec import load_and_validate
+from experiments.suites import SUITES, suite_paths
+from experiments.verdict import EXIT_INTERRUPTED, Verdict
+from faults.ledger import Ledger
+from faults.registry import get_fault
+from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
 
 logger = logging.getLogger(__name__)
 console = Console()
@@ -165,34 +173,148 @@ def model_build(layers: int, hidden_size: int, max_model_len: int) -> None:
     click.echo(str(ensure_model(spec)))
 
 
+def _open_env(env_name: str) -> LocalEnvironment:
+    if env_name != "local":
+        raise EnvironmentError_(
+            f"the {env_name} environment needs an explicit allow-list (--config) and its driver; "
+            "this build runs experiments on the local environment only"
+        )
+    return LocalEnvironment()
+
+
+def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
+    colour = {"passed": "green", "failed": "red", "aborted": "yellow", "error": "red"}[str(verdict.status)]
+    console.print(f"[bold {colour}]{str(verdict.status).upper()}[/] {verdict.experiment}: {verdict.reason}", highlight=False)
+    timing = verdict.timing
+    if timing.time_to_detect_s is not None or timing.time_to_recover_s is not None:
+        ttd = f"{timing.time_to_detect_s:.1f} s" if timing.time_to_detect_s is not None else "-"
+        ttr = f"{timing.time_to_recover_s:.1f} s" if timing.time_to_recover_s is not None else "-"
+        console.print(f"  time to detect {ttd}, time to recover {ttr}; triage: {verdict.triage.get('layer')} "
+                      f"({verdict.triage.get('reason', '')})", highlight=False)  # fmt: skip
+    console.print(f"  run folder: {run_dir}", highlight=False)
+
+
+def _run_one(path: Path, env: LocalEnvironment, out: Path, interval: float, dry_run: bool) -> int:
+    spec = load_and_validate(path)
+    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run)
+    with Progress() as progress:
+        runner_progress = progress if not dry_run else None
+        verdict = run_experiment(spec, env, options, runner_progress)
+    if verdict is None:
+        return 0
+    run_dirs = sorted(out.glob(f"*-{spec.name}"))
+    _print_verdict(verdict, run_dirs[-1] if run_dirs else out)
+    return verdict.exit_code if str(verdict.status) != "aborted" or "interrupted" not in verdict.reason else EXIT_INTERRUPTED
+
+
+@cli.command("run")
+@click.argument("experiment", type=click.Path(path_type=Path))
+@click.option("--env", "env_name", type=click.Choice(["local", "kind", "cluster"]), default="local", show_default=True,
+              help="The environment to run against (it must be up: `inferchaos env up`).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
+              help="Environment config with the allow-list of what may be touched (required for kind/cluster).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="Where the run folder is written.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25).")
+@click.option("--dry-run", is_flag=True, help="Validate, print the plan and what would be touched; touch nothing.")
+def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: Path, interval: float, dry_run: bool) -> None:
+    """Run one experiment: baseline, inject, sample, always revert, measure recovery, judge.
+
+    Writes journal.json, timeline.csv, verdict.json (and the reports) into a run folder.
+    Exit codes: 0 every SLO held and the system recovered; 1 an SLO breached, no recovery in
+    time, the fault never bit, or the run aborted; 2 invalid input or environment error
+    (nothing injected); 130 interrupted (after rollback).
+    """
+    spec = load_and_validate(experiment)
+    if config_file is not None:
+        load_env_config(config_file, env_name)
+    elif env_name in ("kind", "cluster"):
+        raise ConfigError(f"--env {env_name} requires --config with an explicit allow-list; there is no default")
+    if spec.env != env_name:
+        raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
+    if interval < 0.25:
+        raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
+    sys.exit(_run_one(experiment, _open_env(env_name), out_dir, interval, dry_run))
+
+
 @cli.command("gameday")
 @_env_options
+@click.option("--suite", type=click.Choice(sorted(SUITES)), default="default", show_default=True,
+              help="Which scenarios to run, in order.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="Reports folder: one run folder per scenario plus index.html.")
 @click.option("--keep-up", is_flag=True, help="Leave the environment running afterwards.")
-def gameday(env_name: str, keep_up: bool, **knobs: int) -> None:
-    """Run the game day on the local environment.
+def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, **knobs: int) -> None:
+    """Bring the environment up once, run the suite in sequence, and write an index of the runs.
 
-    Until scenarios exist this brings the environment up, prints its status, streams one
-    completion through the front door and takes the environment down again.
+    The exit code is the worst of the runs. An environment that was already up is reused and
+    left up; one started here is taken down at the end unless --keep-up.
     """
     config = _build_config(**knobs)
-    environment = None
+    paths = suite_paths(suite)
+    specs = [load_and_validate(path) for path in paths]  # all valid before anything starts
+    environment = LocalEnvironment(config)
+    started_here = not (environment.is_recorded() and environment.load_state().ready)
+    worst = 0
     try:
         with Progress() as progress:
-            environment = LocalEnvironment(config, progress=progress)
-            status = environment.up()
-        _print_status(status)
-        result = stream_completion(status.front_door.url, status.model.name, "The platform is", max_tokens=24)
-        if not result.ok:
-            raise InferchaosError(f"the streamed completion through the front door failed: {result.error}")
-        console.print(
-            f"streamed completion via {result.replica or 'front door'}: {result.chunks} chunks, "
-            f"TTFT {result.ttft_s:.3f} s, e2e {result.e2e_s:.3f} s\n  text: {result.text!r}"
-        )
+            LocalEnvironment(config, progress=progress).up()
+        day = out_dir / time.strftime("gameday-%Y%m%d-%H%M%S")
+        for spec in specs:
+            console.rule(f"{spec.name}: {spec.title}")
+            try:
+                code = _run_one(spec.path, environment, day, 1.0, False)
+            except InferchaosError as e:
+                click.echo(f"inferchaos: {spec.name}: {e}", err=True)
+                code = e.exit_code
+            worst = max(worst, code)
+        index = _render_index(out_dir)
+        if index is not None:
+            console.print(f"game-day index: {index}", highlight=False)
     finally:
-        if environment is not None and not keep_up:
+        if started_here and not keep_up:
             with Progress() as progress:
                 LocalEnvironment(config, progress=progress).down()
             console.print("local environment down")
+    sys.exit(worst)
+
+
+def _render_index(out_dir: Path) -> Path | None:
+    try:
+        from reports.render import render_index
+    except ImportError:
+        return None
+    return render_index(out_dir)
+
+
+@cli.command("cleanup")
+def cleanup() -> None:
+    """Revert every injection still in the ledger (e.g. after the runner was killed); idempotent."""
+    ledger = Ledger()
+    entries = ledger.entries()
+    if not entries:
+        click.echo("the ledger is empty: nothing to revert")
+        return
+    environment = LocalEnvironment()
+    for handle in entries:
+        fault = get_fault(handle.fault)
+        if handle.env == "local" and not environment.is_recorded():
+            # With the environment gone, nothing the injection made can still exist.
+            ledger.remove(handle.id)
+            click.echo(f"dropped {handle.fault} {handle.id}: the local environment it acted on is down")
+            continue
+        fault.revert(environment, handle, ledger)
+        click.echo(f"reverted {handle.fault} {handle.id} (injected {time.strftime('%H:%M:%S', time.localtime(handle.created_at))})")
+
+
+@cli.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def report(run_dir: Path) -> None:
+    """Re-render report.html, junit.xml and summary.md of a run folder from its stored files."""
+    from reports.render import render_run
+
+    for path in render_run(run_dir):
+        click.echo(str(path))
 
 
 def main() -> None:

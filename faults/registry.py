@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+import importlib
+
 from faults.base import Fault
 from inferchaos.errors import ConfigError
 
 _REGISTRY: dict[str, type[Fault]] = {}
+# Every module that defines built-in faults; imported on first lookup so that a name is known
+# however the caller reached the registry (CLI, Chaos Toolkit action, cleanup after a crash).
+BUILTIN_FAULT_MODULES = (
+    "faults.ray.node",
+    "faults.ray.actors",
+    "faults.ray.placement",
+    "faults.vllm.flood",
+    "faults.vllm.engine",
+    "faults.gpu.squat",
+    "faults.k8s.node",
+    "faults.k8s.pod",
+    "faults.k8s.ledger",
+)
+_loaded = False
+
+
+def _load_builtin_faults() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for module in BUILTIN_FAULT_MODULES:
+        importlib.import_module(module)
+    _loaded = True
 
 
 def register(cls: type[Fault]) -> type[Fault]:
@@ -18,6 +43,7 @@ def register(cls: type[Fault]) -> type[Fault]:
 
 def get_fault(name: str) -> Fault:
     """An instance of the fault called ``name``; ConfigError naming the known ones otherwise."""
+    _load_builtin_faults()
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise ConfigError(f"unknown fault {name!r}; known faults: {known}")
@@ -25,4 +51,6 @@ def get_fault(name: str) -> Fault:
 
 
 def fault_names() -> list[str]:
+    """Every registered fault name."""
+    _load_builtin_faults()
     return sorted(_REGISTRY)

@@ -230,7 +230,12 @@ def evaluate_slo(
         observed = _aggregate(get_aggregate(slo.agg), series)
     else:
         values = [v for _, v in slo_evolution(slo, series)]
-        observed = _worst(slo, values) if values else None
+        if slo.phase is Phase.RECOVERY:
+            # How fast the system got back is time_to_recover's job; a windowed recovery SLO
+            # judges the state it got back to: its last window.
+            observed = values[-1] if values else None
+        else:
+            observed = _worst(slo, values) if values else None
     if observed is None:
         return result(False, None, samples, f"{slo.agg} of {selector} is undefined over {samples} sample(s)")
     ok = slo.holds(observed)

@@ -111,7 +111,7 @@ class Sampler:
             now = loop.time()
             next_slot = max(slot + 1, math.floor((now - start) / self.interval_s) + 1)
             if next_slot > slot + 1:
-                logger.warning(
+                logger.info(
                     "sampler: tick %d overran; skipping %d tick(s)", self.ticks - 1, next_slot - slot - 1
                 )
             slot = next_slot
@@ -143,10 +143,10 @@ class Sampler:
             samples = await asyncio.wait_for(probe.read(), timeout=timeout)
             return [Row.from_sample(t, sample) for sample in samples]
         except TimeoutError:
-            logger.warning("sampler: probe %s did not answer within %g s", probe.name, timeout)
+            logger.info("sampler: probe %s did not answer within %g s", probe.name, timeout)
             return [Row(t, probe.name, {}, math.nan, f"TimeoutError: no answer within {timeout:g} s")]
         except ProbeError as e:
-            logger.warning("sampler: probe %s failed: %s", probe.name, e)
+            logger.info("sampler: probe %s failed: %s", probe.name, e)
             return [Row(t, probe.name, {}, math.nan, f"{type(e).__name__}: {e}")]
         except Exception as e:  # noqa: BLE001 - a buggy probe must not end the run; the traceback is logged
             logger.exception("sampler: probe %s raised unexpectedly", probe.name)

@@ -69,7 +69,9 @@ RULES: tuple[Rule, ...] = (
     Rule(Layer.DEVICE, "device.free_bytes", C.BELOW, None,
          "device {labels} has {value:.4g} bytes free, below the {threshold:.4g} a replica needs"),
     # Ray (meso): nodes, pending work and placement groups, leaked actors.
-    Rule(Layer.RAY, "ray.nodes_dead", C.ABOVE, 0, "{value:g} Ray node(s) dead"),
+    # DEAD nodes stay listed for the cluster's life: a new death is a rise, not a level.
+    Rule(Layer.RAY, "ray.nodes_dead", C.RISING, 0, "{value:g} more Ray node(s) dead"),
+    Rule(Layer.RAY, "ray.nodes_alive", C.FALLING, 0, "ALIVE Ray nodes dropped by {value:g}"),
     Rule(Layer.RAY, "ray.pending_pgs", C.ABOVE, 0, "{value:g} Ray placement group(s) PENDING"),
     Rule(Layer.RAY, "ray.tasks_pending_node_assignment", C.ABOVE, 0,
          "{value:g} Ray task(s) pending node assignment"),

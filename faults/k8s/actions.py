@@ -21,6 +21,21 @@ from faults.registry import get_fault
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
 
+# Chaos Toolkit function -> registered fault: how the inferchaos runner reads a `method`.
+FAULT_OF = {
+    func: f"k8s.{func}"
+    for func in (
+        "cordon_node",
+        "drain_node",
+        "delete_node",
+        "stop_node_container",
+        "kill_pods",
+        "squat_gpu_ledger",
+        "taint_gpu_nodes",
+        "force_anti_affinity_deadlock",
+    )
+}
+
 
 def _inject(
     fault: str, params: dict[str, Any], configuration: Configuration, secrets: Secrets

@@ -100,11 +100,25 @@ def test_node_loss_is_ray_although_the_replica_stopped_answering_first(synth: Sy
     )
     result = diagnose(synth, timeline)
     assert result.layer == "ray"
-    assert result.reason == "1 Ray node(s) dead"
+    assert result.reason == "1 more Ray node(s) dead"
     also = result.evidence["also"]
     assert isinstance(also, list) and any(
         a.startswith("vllm: vLLM replica not answering (instance=replica-1)") for a in also
     )
+
+
+def test_a_second_node_loss_is_ray_although_an_old_dead_node_is_still_listed(synth: Synth) -> None:
+    # Ray lists a node lost earlier as DEAD for the cluster's life: a standing 1 must not
+    # hide the new death (measured: the second node-loss run of a game day).
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.nodes_dead"),
+        synth.rows("ray.nodes_dead", step(1, 2, 16)),
+        calm_vllm(synth, "replica-0"),
+        [r for r in calm_vllm(synth, "replica-1") if r.t < synth.t0 + 12],
+        synth.error_rows("vllm@replica-1", range(12, N), "ProbeError: replica-1: GET failed: ConnectError"),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "ray", result
 
 
 def test_a_replica_that_stops_answering_with_nothing_below_is_vllm(synth: Synth) -> None:

@@ -1,0 +1,28 @@
+"""Steady-state probes for Chaos Toolkit's own hypothesis, so `chaos run` checks the platform too.
+
+The inferchaos runner samples far more than this (every layer, every second); these keep a
+plain `chaos run` of an experiment file honest about the basics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faults.actions import Configuration, Secrets, open_environment
+from steady_state.openai_stream import stream_completion
+
+
+def front_door_serves(configuration: Configuration = None, secrets: Secrets = None) -> bool:
+    """True when a short streamed completion comes back through the front door."""
+    status = open_environment(configuration).status()
+    return stream_completion(status.front_door.url, status.model.name, "ping", max_tokens=4, timeout_s=30).ok
+
+
+def healthy_replicas(configuration: Configuration = None, secrets: Secrets = None) -> int:
+    """How many vLLM replicas answer /health with 200."""
+    return sum(1 for r in open_environment(configuration).status().vllm.replicas if r.healthy)
+
+
+def environment_status(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """The environment's status document (as `inferchaos env status --json` prints it)."""
+    return open_environment(configuration).status().to_dict()

@@ -1,0 +1,43 @@
+"""The probes a run samples, built from what the environment says about its layers."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+from steady_state.base import Probe
+from steady_state.canary import CanaryConfig, CanaryProbe
+from steady_state.ray import RayProbe
+from steady_state.vllm import VllmProbe
+
+logger = logging.getLogger(__name__)
+
+
+def build_probes(env: Any, canary_rate_per_s: float = 2.0) -> tuple[list[Probe], CanaryProbe]:
+    """Every probe for ``env``: one per vLLM replica, the canary, Ray, and the device if known."""
+    status = env.status()
+    probes: list[Probe] = [
+        VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health") for r in sorted(status.vllm.replicas, key=lambda r: r.name)
+    ]
+    canary = CanaryProbe(
+        CanaryConfig(base_url=status.front_door.url, model=status.model.name, rate_per_s=canary_rate_per_s)
+    )
+    probes.append(canary)
+    state = env.load_state()
+    probes.append(RayProbe(state.dashboard_url, env.connect_ray))
+    device = _device_probe(env)
+    if device is not None:
+        probes.append(device)
+    return probes, canary
+
+
+def _device_probe(env: Any) -> Probe | None:
+    """The device probe, where the device layer is installed (it reports unavailability itself)."""
+    try:
+        module = importlib.import_module("steady_state.device")
+    except ImportError:
+        logger.info("no device probe in this installation")
+        return None
+    factory = getattr(module, "device_probe_for", None)
+    return factory(env) if factory is not None else None

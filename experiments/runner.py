@@ -1,0 +1,482 @@
+"""The inferchaos runner: baseline, inject, sample during, always revert, measure recovery, judge.
+
+Order (issue "Experiments and the runner"): everything is validated before anything is
+touched; the baseline is sampled and judged (not met -> `aborted`, never a pass); the fault is
+injected with its ledger entry first; stop conditions are checked on every tick; the revert
+always happens (success, failure, exception, Ctrl-C/SIGTERM); recovery is measured; the run
+folder is written and the exit code follows the verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.journal import build_journal
+from experiments.probes import build_probes
+from experiments.redact import redact, secret_values
+from experiments.spec import ExperimentSpec
+from experiments.verdict import FaultOutcome, Status, Timing, Verdict
+from faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from faults.ledger import Ledger
+from faults.registry import get_fault
+from inferchaos.errors import EnvironmentError_, InferchaosError
+from steady_state.base import Probe
+from steady_state.evaluation import evaluate, evaluate_slo, phase_windows, recover
+from steady_state.sampler import Sampler, Tick
+from steady_state.slo import Phase, SloSpec
+from steady_state.timeline import Mark, Timeline, TimelineWriter
+from steady_state.triage import triage
+
+logger = logging.getLogger(__name__)
+
+ProgressFn = Callable[[str], None]
+NO_EFFECT = "fault had no observable effect"
+
+
+class StopConditionBreached(InferchaosError):
+    """A guardrail fired during the fault: roll back at once and end `aborted`."""
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path = Path("runs")
+    interval_s: float = 1.0
+    dry_run: bool = False
+    canary_rate_per_s: float = 2.0
+    run_dir: Path | None = None
+
+
+@dataclass
+class _RunState:
+    handle: FaultHandle | None = None
+    evidence_during: Evidence | None = None
+    evidence_after: Evidence | None = None
+    action_output: dict[str, Any] | None = None
+    rollback_output: dict[str, Any] | None = None
+    stop: dict[str, Any] | None = None
+    interrupted: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def check_environment(env: Any) -> None:
+    """The environment must answer and serve before anything is injected."""
+    status = env.status()
+    if not status.up:
+        raise EnvironmentError_(f"the {env.name} environment is not up; start it with `inferchaos env up`")
+    if not status.front_door.healthy:
+        raise EnvironmentError_(f"the front door {status.front_door.url} does not serve; check `inferchaos env status`")
+
+
+def plan_run(spec: ExperimentSpec, env: Any) -> tuple[Fault, FaultPlan]:
+    """Validate the fault against the live environment (blast radius included); touches nothing."""
+    check_environment(env)
+    fault = get_fault(spec.fault.fault)
+    return fault, fault.plan(env, dict(spec.fault.params))
+
+
+def describe_plan(spec: ExperimentSpec, plan: FaultPlan) -> str:
+    """The --dry-run text: what would run and what would be touched."""
+    lines = [
+        f"experiment: {spec.name} — {spec.title}",
+        f"environment: {spec.env}",
+        f"baseline: {spec.baseline_s:g} s, then {plan.fault} ({plan.layer}) for {spec.fault.duration_s:g} s",
+        f"fault: {plan.description}",
+        "would touch:",
+        *[f"  - {target}" for target in plan.targets],
+        "SLOs:",
+        *[f"  - {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g} [{s.phase.value}]" for s in spec.slos.slos],
+    ]
+    if spec.slos.recovery:
+        r = spec.slos.recovery
+        lines.append(f"recovery: {', '.join(r.steady)} hold {r.hold_s:g} s within {r.within_s:g} s of the revert")
+    lines += [f"stop condition: {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g}" for s in spec.stop_conditions]
+    return "\n".join(lines)
+
+
+def _latest(timeline: Timeline, probe: str, since: float, agg: str = "last") -> float | None:
+    values = [r.value for r in timeline.rows if r.probe == probe and r.t >= since and r.ok and not math.isnan(r.value)]
+    if not values:
+        return None
+    if agg == "max":
+        return max(values)
+    if agg == "sum_last":
+        return values[-1]
+    if agg == "mean":
+        return sum(values) / len(values)
+    if agg == "p95":
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return values[-1]
+
+
+def key_probes(timeline: Timeline, now: float) -> str:
+    """One line of the numbers a person watches during a run."""
+    window = now - 5.0
+    parts = []
+    for label, probe, agg, fmt in (
+        ("ok", "canary.success", "mean", "{:.0%}"),
+        ("ttft p95", "canary.ttft_s", "p95", "{:.2f}s"),
+        ("kv", "vllm.kv_cache_usage", "max", "{:.2f}"),
+        ("waiting", "vllm.num_requests_waiting", "max", "{:g}"),
+        ("nodes", "ray.nodes_alive", "last", "{:g}"),
+        ("free gpus", "ray.gpus_available", "last", "{:g}"),
+        ("pending pgs", "ray.pending_pgs", "last", "{:g}"),
+    ):
+        value = _latest(timeline, probe, window, agg)
+        parts.append(f"{label} {fmt.format(value) if value is not None else '-'}")
+    return " | ".join(parts)
+
+
+class Runner:
+    """Runs one validated experiment against one environment."""
+
+    def __init__(self, spec: ExperimentSpec, env: Any, options: RunOptions, progress: ProgressFn | None = None) -> None:
+        self.spec = spec
+        self.env = env
+        self.options = options
+        self._progress = progress or (lambda message: logger.info("%s", message))
+        self.ledger = Ledger()
+        self.fault = get_fault(spec.fault.fault)
+        self.run_dir = options.run_dir or options.out_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.name}"
+        self._state = _RunState()
+        self._phase = "starting"
+        self._phase_ends = 0.0
+        self._last_progress = 0.0
+
+    # -- entry ------------------------------------------------------------------------------
+    def run(self) -> Verdict:
+        """Run the experiment; the verdict is also written to the run folder."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        writer = TimelineWriter(self.run_dir / "timeline.csv")
+        timeline = Timeline(writer)
+        started = time.time()
+        try:
+            asyncio.run(self._run(timeline))
+        except KeyboardInterrupt:
+            self._state.interrupted = True
+        finally:
+            writer.close()
+        verdict = self._judge(timeline, started)
+        self._write_outputs(verdict)
+        return verdict
+
+    # -- the run ----------------------------------------------------------------------------
+    async def _run(self, timeline: Timeline) -> None:
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._interrupt, main)
+        try:
+            await self._phases(timeline)
+        except asyncio.CancelledError:
+            self._state.interrupted = True
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    def _interrupt(self, task: asyncio.Task[Any] | None) -> None:
+        self._progress("interrupted: rolling back before exit")
+        self._state.interrupted = True
+        if task is not None:
+            task.cancel()
+
+    async def _phases(self, timeline: Timeline) -> None:
+        spec = self.spec
+        self.env.connect_ray()
+        probes, canary = build_probes(self.env, self.options.canary_rate_per_s)
+        sampler = Sampler(probes, timeline, self.options.interval_s, on_tick=self._on_tick(timeline),
+                          timeouts=self._timeouts(probes))  # fmt: skip
+        await canary.start()
+        sampling = asyncio.create_task(sampler.run())
+        try:
+            timeline.mark(Mark.BASELINE_START, time.time())
+            await self._wait_phase("baseline", spec.baseline_s)
+            baseline_failures = self._baseline_failures(timeline)
+            if baseline_failures:
+                self._state.stop = {"kind": "baseline", "reason": "baseline not met: " + "; ".join(baseline_failures)}
+                return
+            await self._fault_window(timeline)
+        finally:
+            sampler.stop()
+            await asyncio.gather(sampling, return_exceptions=True)
+            await canary.stop()
+            await _close_probes(probes)
+            timeline.mark(Mark.END, time.time())
+
+    def _timeouts(self, probes: list[Probe]) -> dict[str, float]:
+        # Ray's state API is the slowest reader; it may use the whole interval.
+        return {p.name: self.options.interval_s for p in probes if p.name == "ray"}
+
+    async def _fault_window(self, timeline: Timeline) -> None:
+        spec = self.spec
+        self._phase, self._phase_ends = "injecting", time.time()
+        # The during phase starts when inferchaos starts to act, not when the fault's own act
+        # lands: a probe read that began before the act may finish after it, and would
+        # otherwise count a symptom as baseline. The fault's exact times stay in its evidence.
+        timeline.mark(Mark.INJECTED, time.time())
+        try:
+            try:
+                self._state.handle = await asyncio.to_thread(self.fault.inject, self.env, dict(spec.fault.params), self.ledger)
+            except InferchaosError as e:
+                self._state.errors.append(f"inject failed: {e}")
+            finally:
+                # The ledger holds the handle even if inject failed midway: find it for the revert.
+                if self._state.handle is None:
+                    live = [h for h in self.ledger.entries() if h.fault == spec.fault.fault]
+                    self._state.handle = live[-1] if live else None
+            handle = self._state.handle
+            if handle is None or self._state.errors:
+                return
+            self._progress(f"injected {spec.fault.fault}")
+            remaining = spec.fault.duration_s - (time.time() - (handle.injected_at or time.time()))
+            await self._wait_phase("during", max(0.0, remaining))
+            self._state.evidence_during = await asyncio.to_thread(self.fault.evidence, self.env, handle)
+            self._state.action_output = {"handle": handle.id, "evidence": asdict(self._state.evidence_during)}
+        except StopConditionBreached:
+            self._progress(f"stop condition fired: {self._state.stop['reason'] if self._state.stop else ''}")
+        finally:
+            await self._revert(timeline)
+        if self._state.handle is not None and not self._state.interrupted and not self._state.errors:
+            await self._recovery(timeline)
+            self._state.evidence_after = await asyncio.to_thread(self.fault.evidence, self.env, self._state.handle)
+
+    async def _revert(self, timeline: Timeline) -> None:
+        handle = self._state.handle
+        if handle is None:
+            return
+        self._phase = "reverting"
+        timeline.mark(Mark.REVERTED, time.time())
+        # Shielded: a second Ctrl-C must not leave the fault in place.
+        try:
+            await asyncio.shield(asyncio.to_thread(self.fault.revert, self.env, handle, self.ledger))
+            self._state.rollback_output = {"ok": True, "handle": handle.id}
+        except InferchaosError as e:
+            self._state.rollback_output = {"ok": False, "error": str(e)}
+            self._state.errors.append(f"revert failed: {e}")
+        self._progress(f"reverted {handle.fault}")
+
+    async def _recovery(self, timeline: Timeline) -> None:
+        rec = self.spec.slos.recovery
+        budget = (rec.within_s + rec.hold_s + 2 * self.options.interval_s) if rec else 5.0
+        self._phase, self._phase_ends = "recovery", time.time() + budget
+        deadline = time.monotonic() + budget
+        while time.monotonic() < deadline:
+            await asyncio.sleep(self.options.interval_s)
+            self._report(timeline)
+            if rec is not None:
+                result = recover(timeline, SloSpec(self.spec.slos.slos, rec))
+                # Stop as soon as recovery is confirmed: a game day should not idle.
+                if result is not None and result.recovered and self._recovery_slos_sampled(timeline):
+                    return
+
+    def _recovery_slos_sampled(self, timeline: Timeline) -> bool:
+        """Recovery-phase SLOs need a few samples after the revert before the run may end."""
+        windows = phase_windows(timeline)
+        if Phase.RECOVERY not in windows:
+            return False
+        needed = [s for s in self.spec.slos.slos if s.phase is Phase.RECOVERY]
+        return all(evaluate_slo(timeline, s, windows).samples >= 3 for s in needed)
+
+    async def _wait_phase(self, phase: str, seconds: float) -> None:
+        self._phase, self._phase_ends = phase, time.time() + seconds
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self._state.stop and self._state.stop.get("kind") == "stop_condition":
+                raise StopConditionBreached(self._state.stop["reason"])
+            await asyncio.sleep(min(0.5, max(0.0, end - time.monotonic())))
+
+    def _on_tick(self, timeline: Timeline) -> Callable[[Tick], None]:
+        def on_tick(tick: Tick) -> None:
+            if self._phase == "during" and self._state.stop is None:
+                breach = self._stop_condition_breach(timeline)
+                if breach:
+                    self._state.stop = {"kind": "stop_condition", **breach}
+            self._report(timeline)
+
+        return on_tick
+
+    def _report(self, timeline: Timeline) -> None:
+        now = time.time()
+        if now - self._last_progress < 3.0:
+            return
+        self._last_progress = now
+        left = max(0.0, self._phase_ends - now)
+        self._progress(f"{self._phase:9s} {left:5.0f} s left | {key_probes(timeline, now)}")
+
+    def _stop_condition_breach(self, timeline: Timeline) -> dict[str, Any] | None:
+        injected = timeline.marks.get(Mark.INJECTED)
+        if injected is None:
+            return None
+        for slo in self.spec.stop_conditions:
+            window = slo.window_s or self.options.interval_s * 3
+            since = max(injected, time.time() - window)
+            rows = [r for r in timeline.rows if r.probe == slo.probe and r.t >= since and r.ok and r.matches(slo.labels)]
+            if len(rows) < 3:
+                continue
+            values = [r.value for r in rows]
+            observed = {"last": values[-1], "mean": sum(values) / len(values), "max": max(values), "min": min(values)}.get(
+                slo.agg, values[-1]
+            )
+            if not slo.holds(observed):
+                return {
+                    "name": slo.name,
+                    "reason": f"stop condition {slo.name}: {slo.agg}({slo.probe}) = {observed:g}, needs {slo.op.value} {slo.threshold:g}",
+                    "observed": observed,
+                    "threshold": slo.threshold,
+                }
+        return None
+
+    def _baseline_failures(self, timeline: Timeline) -> list[str]:
+        windows = phase_windows(timeline)
+        failures = []
+        for slo in self.spec.slos.slos:
+            if slo.phase is not Phase.BASELINE:
+                continue
+            result = evaluate_slo(timeline, slo, windows)
+            if not result.ok:
+                failures.append(f"{slo.name}: {result.reason}")
+        return failures
+
+    # -- judging ----------------------------------------------------------------------------
+    def _judge(self, timeline: Timeline, started: float) -> Verdict:
+        spec = self.spec
+        state = self._state
+        handle = state.handle
+        evaluation = evaluate(timeline, spec.slos)
+        slos = [r.to_dict() for r in evaluation.slos]
+        layers = {v.layer: {"ok": v.ok, "slos": list(v.slos)} for v in evaluation.layers}
+        fault_outcome = None
+        if handle is not None:
+            during, after = state.evidence_during, state.evidence_after
+            merged = _merge_evidence(during, after)
+            fault_outcome = FaultOutcome(
+                name=handle.fault,
+                layer=str(handle.layer),
+                params=handle.params,
+                injected_at=handle.injected_at,
+                reverted_at=handle.reverted_at,
+                effect_observed=bool(during and during.bit),
+                evidence=merged,
+            )
+        recovery = evaluation.recovery
+        timing = Timing(
+            time_to_detect_s=evaluation.detection.time_to_detect_s if evaluation.detection else None,
+            detected_by=evaluation.detection.slo if evaluation.detection else None,
+            time_to_recover_s=recovery.time_to_recover_s if recovery else None,
+            recovered=recovery.recovered if recovery else None,
+            recovery_within_s=spec.slos.recovery.within_s if spec.slos.recovery else None,
+        )
+        status, reason = self._status(evaluation, fault_outcome, recovery)
+        breach_at = evaluation.detection.at if evaluation.detection else (timeline.marks.get(Mark.INJECTED) or started)
+        injected = timeline.marks.get(Mark.INJECTED)
+        triage_result = triage(timeline, breach_at, since=injected) if injected else None
+        return Verdict(
+            experiment=spec.name,
+            title=spec.title,
+            env=self.env.name,
+            status=status,
+            reason=reason,
+            started_at=started,
+            ended_at=time.time(),
+            phases={k: v for k, v in timeline.marks.items()},
+            fault=fault_outcome,
+            slos=slos,
+            layers=layers,
+            timing=timing,
+            triage=triage_result.to_dict() if triage_result else {"layer": "unknown", "reason": "no fault was injected", "evidence": {}},
+            stop_condition=state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None,
+        )
+
+    def _status(self, evaluation: Any, fault: FaultOutcome | None, recovery: Any) -> tuple[Status, str]:
+        state = self._state
+        if state.interrupted:
+            return Status.ABORTED, "interrupted; the fault was rolled back"
+        if state.stop and state.stop.get("kind") == "baseline":
+            return Status.ABORTED, state.stop["reason"]
+        if state.stop and state.stop.get("kind") == "stop_condition":
+            return Status.ABORTED, f"{state.stop['reason']}; rolled back at once"
+        if state.errors:
+            return Status.ERROR, "; ".join(state.errors)
+        if fault is None:
+            return Status.ERROR, "the fault was not injected"
+        if not fault.effect_observed:
+            reason = state.evidence_during.reason if state.evidence_during else ""
+            return Status.FAILED, f"{NO_EFFECT}: {reason}"
+        failed = [s for s in evaluation.slos if not s.ok]
+        if failed:
+            first = failed[0]
+            return Status.FAILED, f"SLO {first.name} [{first.phase}] breached: {first.reason}"
+        if recovery is not None and not recovery.recovered:
+            return Status.FAILED, f"no recovery in time: {recovery.reason}"
+        ttr = f"; recovered in {recovery.time_to_recover_s:.1f} s" if recovery and recovery.time_to_recover_s is not None else ""
+        return Status.PASSED, f"every SLO held and the fault bit ({fault.evidence.get('reason', '')}){ttr}"
+
+    # -- outputs ----------------------------------------------------------------------------
+    def _secrets(self) -> list[str]:
+        secrets = secret_values(self.spec.raw)
+        try:
+            secrets.append(self.env.load_state().read_token())
+        except (InferchaosError, OSError, AttributeError):
+            pass  # no local Ray token to hide
+        return secrets
+
+    def _write_outputs(self, verdict: Verdict) -> None:
+        import json
+
+        secrets = self._secrets()
+        journal = build_journal(self.spec, verdict, self._state.action_output, self._state.rollback_output)
+        (self.run_dir / "journal.json").write_text(json.dumps(redact(journal, secrets), indent=2, default=str))
+        (self.run_dir / "verdict.json").write_text(json.dumps(redact(verdict.to_dict(), secrets), indent=2, default=str))
+        _render_reports(self.run_dir)
+
+
+def _merge_evidence(during: Evidence | None, after: Evidence | None) -> dict[str, Any]:
+    if during is None and after is None:
+        return {}
+    base = asdict(during) if during else {}
+    if after is not None:
+        before = base.get("symptoms", {})
+        changed = {k: v for k, v in after.symptoms.items() if before.get(k) != v}
+        base.setdefault("symptoms", {}).update({f"after_revert.{k}": v for k, v in changed.items()})
+        base.setdefault("timestamps", {}).update(after.timestamps)
+        base["reason_after_revert"] = after.reason
+    return base
+
+
+async def _close_probes(probes: list[Probe]) -> None:
+    for probe in probes:
+        closer = getattr(probe, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def _render_reports(run_dir: Path) -> None:
+    """report.html, junit.xml and summary.md, where the reports layer is installed."""
+    try:
+        from reports.render import render_run
+    except ImportError:
+        logger.info("reports are not installed; wrote journal.json, timeline.csv and verdict.json only")
+        return
+    render_run(run_dir)
+
+
+def run_experiment(
+    spec: ExperimentSpec, env: Any, options: RunOptions, progress: ProgressFn | None = None
+) -> Verdict | None:
+    """Validate against the environment, then run the experiment; with ``dry_run`` only print the plan.
+
+    Returns None for a dry run: nothing was touched.
+    """
+    _, plan = plan_run(spec, env)
+    if options.dry_run:
+        print(describe_plan(spec, plan))
+        return None
+    return Runner(spec, env, options, progress).run()

@@ -1,0 +1,234 @@
+"""Loading and completely validating an experiment file before anything is touched.
+
+An experiment is a valid Chaos Toolkit experiment (its fault is a python-provider action of
+one of our `faults.<layer>.actions` modules) extended with the inferchaos keys `slos`,
+`recovery`, `stop_conditions`, `environment` and `baseline`. Every problem is a ConfigError
+whose one line names the file and the key path, e.g. ``kv_flood.yaml: slos[1].op: ...``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferchaos.errors import ConfigError
+from steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
+
+logger = logging.getLogger(__name__)
+
+FAULT_ACTION_MODULES = ("faults.ray.actions", "faults.vllm.actions", "faults.gpu.actions", "faults.k8s.actions")
+ENVIRONMENTS = ("local", "kind", "cluster")
+CTK_PARAMS = {"configuration", "secrets"}
+
+
+@dataclass(frozen=True)
+class FaultStep:
+    """The method action that injects the fault, read as a registered fault and its parameters."""
+
+    index: int
+    action_name: str
+    module: str
+    func: str
+    fault: str
+    params: dict[str, Any]
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A validated experiment."""
+
+    path: Path
+    name: str
+    title: str
+    description: str
+    env: str
+    baseline_s: float
+    fault: FaultStep
+    slos: SloSpec
+    stop_conditions: tuple[Slo, ...]
+    raw: dict[str, Any] = field(repr=False)
+
+
+def _fail(path: Path, key: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {key}: {message}" if key else f"{path}: {message}")
+
+
+def load_experiment(path: Path) -> dict[str, Any]:
+    """Read an experiment file into a mapping, or raise a one-line ConfigError."""
+    if not path.exists():
+        raise ConfigError(f"{path}: no such experiment file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file")
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from e
+    if not text.strip():
+        raise ConfigError(f"{path}: the file is empty; an experiment needs at least title, method and slos")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: YAML syntax error at {where}{problem}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: an experiment must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def _positive(path: Path, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(path, key, f"must be a number of seconds, got {value!r}")
+    if value <= 0:
+        raise _fail(path, key, f"must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _annotation_accepts(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` fits a simple annotation (str, int, float, bool, None and unions of them)."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_annotation_accepts(arg, value) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def _fault_step(path: Path, method: list[Any]) -> FaultStep:
+    steps = []
+    for index, activity in enumerate(method):
+        key = f"method[{index}]"
+        if not isinstance(activity, dict):
+            raise _fail(path, key, "must be a mapping (an action or a probe)")
+        provider = activity.get("provider")
+        if not isinstance(provider, dict):
+            raise _fail(path, f"{key}.provider", "required: a mapping with type, module and func")
+        if activity.get("type") == "action" and provider.get("module") in FAULT_ACTION_MODULES:
+            steps.append((index, activity, provider))
+    if len(steps) != 1:
+        raise _fail(
+            path, "method", f"needs exactly one fault action from {', '.join(FAULT_ACTION_MODULES)}; found {len(steps)}"
+        )
+    index, activity, provider = steps[0]
+    key = f"method[{index}]"
+    module_name, func = provider["module"], provider.get("func")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise _fail(path, f"{key}.provider.module", f"cannot import {module_name}: {e}") from e
+    fault_of: dict[str, str] = getattr(module, "FAULT_OF", {})
+    if func not in fault_of:
+        raise _fail(path, f"{key}.provider.func", f"unknown fault {func!r}; {module_name} has {sorted(fault_of)}")
+    arguments = provider.get("arguments", {}) or {}
+    if not isinstance(arguments, dict):
+        raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")
+    signature = inspect.signature(getattr(module, func))
+    hints = typing.get_type_hints(getattr(module, func))
+    for name, value in arguments.items():
+        if name not in signature.parameters or name in CTK_PARAMS:
+            allowed = sorted(set(signature.parameters) - CTK_PARAMS)
+            raise _fail(path, f"{key}.provider.arguments.{name}", f"unknown argument; {func} takes {allowed}")
+        if not _annotation_accepts(hints.get(name, inspect.Parameter.empty), value):
+            raise _fail(
+                path, f"{key}.provider.arguments.{name}", f"must be {hints[name]}, got {type(value).__name__} {value!r}"
+            )
+        if name.endswith("_s") and value is not None:
+            _positive(path, f"{key}.provider.arguments.{name}", value)
+    pauses = activity.get("pauses") or {}
+    if "after" not in pauses:
+        raise _fail(path, f"{key}.pauses.after", "required: how long the fault stays active, in seconds")
+    duration = _positive(path, f"{key}.pauses.after", pauses["after"])
+    return FaultStep(index, str(activity.get("name", func)), module_name, func, fault_of[func], dict(arguments), duration)
+
+
+def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _fail(path, "stop_conditions", "must be a list of guardrails like SLOs (probe, op, threshold)")
+    entries = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise _fail(path, f"stop_conditions[{index}]", "must be a mapping")
+        entries.append({"agg": "last", **entry, "phase": "during"})
+    try:
+        return ensure_slos_are_valid({"slos": entries}).slos if entries else ()
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {str(e).replace('slos[', 'stop_conditions[', 1)}") from e
+
+
+def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpec:
+    """Validate every key of an experiment (ours and Chaos Toolkit's); return it as a spec."""
+    title = raw.get("title")
+    if not isinstance(title, str) or not title.strip():
+        raise _fail(path, "title", "required: a one-line title")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise _fail(path, "description", "must be text")
+    method = raw.get("method")
+    if method is None:
+        raise _fail(path, "method", "required: the list of activities that inject the fault")
+    if not isinstance(method, list) or not method:
+        raise _fail(path, "method", "must be a non-empty list of activities")
+    fault = _fault_step(path, method)
+    environment = raw.get("environment") or {"name": "local"}
+    if not isinstance(environment, dict) or environment.get("name", "local") not in ENVIRONMENTS:
+        raise _fail(path, "environment.name", f"must be one of {list(ENVIRONMENTS)}")
+    baseline = raw.get("baseline") or {}
+    if not isinstance(baseline, dict):
+        raise _fail(path, "baseline", "must be a mapping with duration_s")
+    baseline_s = _positive(path, "baseline.duration_s", baseline.get("duration_s", 10))
+    try:
+        slos = ensure_slos_are_valid(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
+    stop_conditions = _stop_conditions(path, raw.get("stop_conditions"))
+    _ensure_chaostoolkit_accepts(raw, path)
+    return ExperimentSpec(
+        path=path,
+        name=path.stem,
+        title=title.strip(),
+        description=description.strip(),
+        env=str(environment.get("name", "local")),
+        baseline_s=baseline_s,
+        fault=fault,
+        slos=slos,
+        stop_conditions=stop_conditions,
+        raw=raw,
+    )
+
+
+def _ensure_chaostoolkit_accepts(raw: dict[str, Any], path: Path) -> None:
+    """Chaos Toolkit's own validation: the file must also run with `chaos run`."""
+    from chaoslib.exceptions import ChaosException
+    from chaoslib.experiment import ensure_experiment_is_valid as ctk_validate
+
+    # chaoslib logs every check at INFO on its own logger; only its verdict matters here.
+    logging.getLogger("chaostoolkit").setLevel(logging.WARNING)
+    try:
+        ctk_validate(raw)
+    except ChaosException as e:
+        raise ConfigError(f"{path}: Chaos Toolkit rejects it: {str(e).splitlines()[0]}") from e
+
+
+def load_and_validate(path: Path) -> ExperimentSpec:
+    """Load ``path`` and validate it completely."""
+    return ensure_experiment_is_valid(load_experiment(path), path)

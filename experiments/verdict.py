@@ -1,0 +1,85 @@
+"""The verdict of one run: what `verdict.json` holds (design.md "Run output").
+
+Status and exit code (design.md): passed 0; failed 1 (an SLO breached, no recovery in time,
+or the fault never bit); aborted 1 (baseline not met or a stop condition fired, after
+rollback); error 2 (invalid input or environment error, nothing injected); interrupted runs
+are `aborted` with exit 130.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    ERROR = "error"
+
+
+EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.ABORTED: 1, Status.ERROR: 2}
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class FaultOutcome:
+    name: str
+    layer: str
+    params: dict[str, Any] = field(default_factory=dict)
+    injected_at: float | None = None
+    reverted_at: float | None = None
+    effect_observed: bool = False
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Timing:
+    time_to_detect_s: float | None = None
+    time_to_recover_s: float | None = None
+    recovered: bool | None = None
+    recovery_within_s: float | None = None
+    detected_by: str | None = None
+
+
+@dataclass
+class Verdict:
+    """Everything a person or a CI gate needs to know about one run."""
+
+    experiment: str
+    title: str
+    env: str
+    status: Status
+    reason: str
+    started_at: float
+    ended_at: float
+    phases: dict[str, float] = field(default_factory=dict)
+    fault: FaultOutcome | None = None
+    slos: list[dict[str, Any]] = field(default_factory=list)
+    layers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timing: Timing = field(default_factory=Timing)
+    triage: dict[str, Any] = field(default_factory=dict)
+    stop_condition: dict[str, Any] | None = None
+    load: dict[str, Any] | None = None
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = str(self.status)
+        data["duration_s"] = round(self.ended_at - self.started_at, 3)
+        return data
+
+    def write(self, run_dir: Path) -> Path:
+        path = run_dir / "verdict.json"
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+        return path

@@ -1,0 +1,213 @@
+"""Device probe: the memory on each device a replica needs (the design's device layer).
+
+With an NVIDIA GPU it reads NVML per GPU (``device=cuda:<index>``); otherwise it reads the
+local environment's replica memory budgets, the stand-in for GPU memory
+(``device=host:<slot>``). ``device.available`` is 1 per device read; with no device at all it
+is 0 with a ``reason`` label, so a run without devices records why rather than failing.
+
+A budget's used bytes are its working set (usage minus inactive page cache), the measure the
+kernel's reclaim leaves standing, so page cache a dead replica left behind does not read as taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from environments.local.memory_budget import MemoryBudget, budget_name, budgets_available, find_budget
+from environments.local.state import LocalEnvState
+from inferchaos.errors import EnvironmentNotUp, ProbeError
+from inferchaos.layers import Layer
+from steady_state.base import Sample
+
+logger = logging.getLogger(__name__)
+
+NVML_MODULE = "pynvml"
+
+
+class NvmlUnavailable(ProbeError):
+    """NVML cannot be used here; the message says why."""
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory of one device at one instant."""
+
+    device: str
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+
+    def samples(self) -> list[Sample]:
+        """The ``device.*`` readings of this device."""
+        labels = {"device": self.device}
+        return [
+            Sample("device.total_bytes", float(self.total_bytes), dict(labels)),
+            Sample("device.used_bytes", float(self.used_bytes), dict(labels)),
+            Sample("device.free_bytes", float(self.free_bytes), dict(labels)),
+            Sample("device.available", 1.0, dict(labels)),
+        ]
+
+
+def load_nvml(module: Any | None = None) -> Any:
+    """pynvml, initialised; ``module`` replaces it (tests pass a fake).
+
+    Imported lazily: nvidia-ml-py is in the optional ``gpu`` extra, and most machines that
+    run the local environment have no GPU.
+    """
+    if module is None:
+        try:
+            module = importlib.import_module(NVML_MODULE)
+        except ImportError as e:
+            raise NvmlUnavailable(
+                "NVML unavailable: the nvidia-ml-py package is not installed (install the project's `gpu` extra)"
+            ) from e
+    try:
+        module.nvmlInit()
+    except module.NVMLError as e:
+        raise NvmlUnavailable(f"NVML unavailable: nvmlInit failed: {e}") from e
+    return module
+
+
+def read_nvml_memory(nvml: Any) -> list[DeviceMemory]:
+    """Total/used/free bytes of every GPU NVML sees."""
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        devices = []
+        for index in range(count):
+            info = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index))
+            devices.append(DeviceMemory(f"cuda:{index}", int(info.total), int(info.used), int(info.free)))
+    except nvml.NVMLError as e:
+        raise ProbeError(f"NVML read failed: {e}") from e
+    return devices
+
+
+def read_memory_stat(budget: MemoryBudget) -> dict[str, int]:
+    """The budget's memory.stat as numbers."""
+    try:
+        text = (budget.path / "memory.stat").read_text()
+    except OSError as e:
+        raise ProbeError(f"could not read {budget.path / 'memory.stat'}: {e}") from e
+    stats = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            stats[key] = int(value)
+    return stats
+
+
+def budget_memory(budget: MemoryBudget, device: str) -> DeviceMemory:
+    """A replica budget read as a device: its limit is the total, its working set the used bytes."""
+    try:
+        usage = budget.usage_bytes()
+    except OSError as e:
+        raise ProbeError(f"could not read the usage of memory budget {budget.name}: {e}") from e
+    stats = read_memory_stat(budget)
+    used = max(0, usage - stats.get("total_inactive_file", stats.get("inactive_file", 0)))
+    return DeviceMemory(device, budget.limit_bytes, used, max(0, budget.limit_bytes - used))
+
+
+def read_budget_memory(env_id: str, slots: Sequence[int]) -> list[DeviceMemory]:
+    """Each existing replica budget of ``env_id`` among ``slots``, as ``host:<slot>``."""
+    devices = []
+    for slot in slots:
+        try:
+            budget = find_budget(budget_name(env_id, slot))
+        except OSError as e:
+            raise ProbeError(f"could not read memory budget of slot {slot}: {e}") from e
+        if budget is not None:
+            devices.append(budget_memory(budget, f"host:{slot}"))
+    return devices
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """The devices read at one instant, or why there were none."""
+
+    devices: list[DeviceMemory]
+    reason: str = ""
+
+    def samples(self) -> list[Sample]:
+        """Every device's readings, or ``device.available 0`` with the reason."""
+        if not self.devices:
+            return [Sample("device.available", 0.0, {"reason": self.reason})]
+        return [sample for device in self.devices for sample in device.samples()]
+
+
+class DeviceProbe:
+    """Reads GPU memory through NVML, or else the local environment's replica budgets."""
+
+    name = "device"
+    layer = Layer.DEVICE
+
+    def __init__(self, env_id: str | None = None, slots: Sequence[int] = (), nvml_module: Any = None) -> None:
+        self.env_id = env_id
+        self.slots = tuple(slots)
+        self._nvml_module = nvml_module
+        self._nvml: Any = None
+        # Set once NVML failed to load: a driver does not appear in the middle of a run.
+        self._nvml_reason = ""
+
+    @classmethod
+    def for_local_state(cls, state: LocalEnvState, nvml_module: Any = None) -> DeviceProbe:
+        """A probe of the local environment recorded in ``state`` (one budget per replica slot)."""
+        return cls(state.env_id, range(state.config.workers), nvml_module)
+
+    def _gpus(self) -> list[DeviceMemory]:
+        if self._nvml is None and not self._nvml_reason:
+            try:
+                self._nvml = load_nvml(self._nvml_module)
+            except NvmlUnavailable as e:
+                self._nvml_reason = str(e)
+                logger.info("device probe: %s", e)
+        if self._nvml is None:
+            return []
+        gpus = read_nvml_memory(self._nvml)
+        if not gpus and not self._nvml_reason:
+            self._nvml_reason = "NVML sees no GPU"
+        return gpus
+
+    def _budget_reason(self) -> str:
+        if not self.env_id:
+            return "no local environment attached for replica memory budgets"
+        usable, why = budgets_available()
+        if not usable:
+            return f"no replica memory budgets: {why}"
+        return f"no replica memory budget exists for environment {self.env_id} (replica_memory_mib 0?)"
+
+    def snapshot(self) -> DeviceReading:
+        """One blocking read of every device."""
+        gpus = self._gpus()
+        if gpus:
+            return DeviceReading(gpus)
+        budgets = read_budget_memory(self.env_id, self.slots) if self.env_id else []
+        if budgets:
+            return DeviceReading(budgets)
+        return DeviceReading([], f"{self._nvml_reason or 'no GPU'}; {self._budget_reason()}")
+
+    async def read(self) -> list[Sample]:
+        """Samples named as in steady_state/catalog.py (``device.*``)."""
+        return (await asyncio.to_thread(self.snapshot)).samples()
+
+    def close(self) -> None:
+        """Shut NVML down if this probe initialised it."""
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError as e:
+                logger.info("nvmlShutdown failed: %s", e)
+            self._nvml = None
+
+
+def device_probe_for(env: Any) -> DeviceProbe:
+    """The device probe of ``env``: NVML where there is a GPU, and the local environment's budgets."""
+    if getattr(env, "name", "") == "local" and hasattr(env, "load_state"):
+        try:
+            return DeviceProbe.for_local_state(env.load_state())
+        except EnvironmentNotUp as e:
+            logger.info("device probe without replica budgets: %s", e)
+    return DeviceProbe()
