@@ -38,6 +38,8 @@ from steady_state.triage import triage
 logger = logging.getLogger(__name__)
 
 ProgressFn = Callable[[str], None]
+# (env, canary rate) -> (every probe to sample, the canary among them, which must be started)
+ProbeFactory = Callable[[Any, float], tuple[list[Probe], Any]]
 NO_EFFECT = "fault had no observable effect"
 
 
@@ -138,8 +140,16 @@ def key_probes(timeline: Timeline, now: float) -> str:
 class Runner:
     """Runs one validated experiment against one environment."""
 
-    def __init__(self, spec: ExperimentSpec, env: Any, options: RunOptions, progress: ProgressFn | None = None) -> None:
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        env: Any,
+        options: RunOptions,
+        progress: ProgressFn | None = None,
+        probe_factory: ProbeFactory = build_probes,
+    ) -> None:
         self.spec = spec
+        self._probe_factory = probe_factory
         self.env = env
         self.options = options
         self._progress = progress or (lambda message: logger.info("%s", message))
@@ -191,7 +201,7 @@ class Runner:
     async def _phases(self, timeline: Timeline) -> None:
         spec = self.spec
         self.env.connect_ray()
-        probes, canary = build_probes(self.env, self.options.canary_rate_per_s)
+        probes, canary = self._probe_factory(self.env, self.options.canary_rate_per_s)
         sampler = Sampler(probes, timeline, self.options.interval_s, on_tick=self._on_tick(timeline),
                           timeouts=self._timeouts(probes))  # fmt: skip
         await canary.start()

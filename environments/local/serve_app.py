@@ -275,7 +275,8 @@ class VLLMReplica:
         if pid is not None:
             stop_process_group(pid)
         record = getattr(self, "_record", None)
-        if record is not None:
+        # A failed start keeps its state: its failure reason is evidence a fault reads.
+        if record is not None and record.state != "failed":
             record.state = "stopped"
             record.save(self._replicas_dir)
 
