@@ -279,11 +279,9 @@ def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, **knobs: in
     sys.exit(worst)
 
 
-def _render_index(out_dir: Path) -> Path | None:
-    try:
-        from reports.render import render_index
-    except ImportError:
-        return None
+def _render_index(out_dir: Path) -> Path:
+    from reports.render import render_index
+
     return render_index(out_dir)
 
 

@@ -6,9 +6,10 @@ plain `chaos run` of an experiment file honest about the basics.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-from faults.actions import Configuration, Secrets, open_environment
+from faults.actions import Configuration, Secrets, open_environment, open_ledger, shared_fault
 from steady_state.openai_stream import stream_completion
 
 
@@ -26,3 +27,11 @@ def healthy_replicas(configuration: Configuration = None, secrets: Secrets = Non
 def environment_status(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
     """The environment's status document (as `inferchaos env status --json` prints it)."""
     return open_environment(configuration).status().to_dict()
+
+
+def fault_effect(fault: str, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """Evidence of every live injection of ``fault``: did it bite, and how (for the journal)."""
+    env = open_environment(configuration)
+    implementation = shared_fault(fault)
+    evidence = [asdict(implementation.evidence(env, h)) for h in open_ledger(configuration).entries() if h.fault == fault]
+    return {"effect_observed": bool(evidence) and all(e["bit"] for e in evidence), "evidence": evidence}

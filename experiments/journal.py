@@ -14,8 +14,8 @@ from experiments.verdict import Status, Verdict
 CTK_STATUS = {Status.PASSED: "completed", Status.FAILED: "failed", Status.ABORTED: "aborted", Status.ERROR: "failed"}
 
 
-def _iso(t: float | None) -> str | None:
-    return datetime.fromtimestamp(t, UTC).isoformat() if t else None
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
 
 
 def build_journal(
@@ -39,7 +39,7 @@ def build_journal(
                 "status": "succeeded" if fault.effect_observed else "failed",
                 "output": action_output,
                 "start": _iso(fault.injected_at),
-                "end": _iso(fault.reverted_at),
+                "end": _iso(fault.reverted_at or verdict.ended_at),
                 "duration": round((fault.reverted_at or verdict.ended_at) - fault.injected_at, 3),
             }
         )
@@ -50,8 +50,8 @@ def build_journal(
                 "activity": (spec.raw.get("rollbacks") or [{"type": "action", "name": f"revert-{fault.name}"}])[0],
                 "status": "succeeded" if rollback_output.get("ok") else "failed",
                 "output": rollback_output,
-                "start": _iso(fault.reverted_at),
-                "end": _iso(fault.reverted_at),
+                "start": _iso(fault.reverted_at or verdict.ended_at),
+                "end": _iso(fault.reverted_at or verdict.ended_at),
                 "duration": 0,
             }
         )

@@ -470,12 +470,14 @@ async def _close_probes(probes: list[Probe]) -> None:
 
 def _render_reports(run_dir: Path) -> None:
     """report.html, junit.xml and summary.md, where the reports layer is installed."""
+    from reports.render import ReportError, render_run
+
     try:
-        from reports.render import render_run
-    except ImportError:
-        logger.info("reports are not installed; wrote journal.json, timeline.csv and verdict.json only")
-        return
-    render_run(run_dir)
+        render_run(run_dir)
+    except ReportError as e:
+        # A report problem must not change the run's verdict or exit code; the stored files
+        # can be re-rendered later with `inferchaos report`.
+        logger.error("could not render the reports of %s: %s", run_dir, e)
 
 
 def run_experiment(

@@ -89,8 +89,8 @@ def test_failure_message_reads_observed_breach_operator_then_threshold(
     run_copy: Callable[[str], Path],
 ) -> None:
     def breach(verdict: dict[str, Any]) -> None:
-        verdict["slos"][0].update(name="canary_ttft_p95", phase="during", ok=False, observed=2.31, op="<=",
-                                  threshold=1.5)  # fmt: skip
+        verdict["slos"] = [{"name": "canary_ttft_p95", "layer": "canary", "phase": "during", "ok": False,
+                            "observed": 2.31, "op": "<=", "threshold": 1.5, "samples": 20, "reason": ""}]  # fmt: skip
 
     suite = suite_after(run_copy("failed_kv_flood"), breach)
     failure = cases_by_name(suite)["canary_ttft_p95 [during]"].find("failure")
@@ -100,12 +100,12 @@ def test_failure_message_reads_observed_breach_operator_then_threshold(
 def test_observed_is_printed_precisely_enough_to_show_the_breach(run_copy: Callable[[str], Path]) -> None:
     def breach(verdict: dict[str, Any]) -> None:
         verdict["slos"][0].update(
-            name="ttft", phase="during", ok=False, observed=1.500004, op="<=", threshold=1.5
+            name="ttft_x", phase="during", ok=False, observed=1.500004, op="<=", threshold=1.5
         )
 
     suite = suite_after(run_copy("failed_kv_flood"), breach)
-    message = cases_by_name(suite)["ttft [during]"].find("failure").get("message")
-    assert message == "ttft [during]: observed 1.500004 > threshold <= 1.5"
+    message = cases_by_name(suite)["ttft_x [during]"].find("failure").get("message")
+    assert message == "ttft_x [during]: observed 1.500004 > threshold <= 1.5"
 
 
 def test_slo_without_data_fails_and_says_so(run_copy: Callable[[str], Path]) -> None:
@@ -123,7 +123,8 @@ def test_aborted_run_skips_what_never_ran_and_fails_the_broken_baseline(rendered
     verdict = read_json(rendered / "aborted_pg_stall" / "verdict.json")
     suite = suite_of(rendered / "aborted_pg_stall")
     cases = cases_by_name(suite)
-    assert verdict["status"] == "aborted" and verdict["fault"]["injected_at"] is None
+    assert verdict["status"] == "aborted"
+    assert verdict["fault"] is None or verdict["fault"]["injected_at"] is None
     for slo in verdict["slos"]:
         case = cases[f"{slo['name']} [{slo['phase']}]"]
         if slo["phase"] == "baseline":

@@ -76,6 +76,11 @@ def _drop(key: str) -> Callable[[dict[str, Any]], None]:
         ("journal.json", _drop("rollbacks"), "rollbacks: missing"),
         ("journal.json", lambda j: j["run"][0].pop("duration"), r"run\[0\]\.duration: missing"),
         ("journal.json", lambda j: j["steady_states"].pop("during"), "steady_states.during: missing"),
+        (
+            "journal.json",
+            lambda j: j["rollbacks"][0].update(start=None),
+            r"rollbacks\[0\]\.start: expected a string",
+        ),
         ("journal.json", lambda j: j.update(deviated="no"), "deviated: expected true or false"),
     ],
 )

@@ -66,10 +66,11 @@ def test_a_pipe_in_a_name_cannot_break_the_table(run_copy: Callable[[str], Path]
     run_dir = run_copy("passed_kv_flood")
 
     def pipe(verdict: dict[str, Any]) -> None:
-        verdict["slos"][0]["name"] = "ttft|p95\nsecond line"
+        verdict["slos"][0]["name"] = "kv|p95\nsecond line"
 
     edit_json(run_dir / "verdict.json", pipe)
+    layer = read_json(run_dir / "verdict.json")["slos"][0]["layer"]
     text = render_summary(load_run(run_dir), ["verdict.json"])
-    (row,) = [line for line in text.splitlines() if line.startswith("| ttft")]
-    assert row.startswith("| ttft\\|p95 second line | canary |")
+    (row,) = [line for line in text.splitlines() if line.startswith("| kv")]
+    assert row.startswith(f"| kv\\|p95 second line | {layer} |")
     assert row.count(" | ") == 5

@@ -1,0 +1,155 @@
+"""junit.xml: one run as a JUnit test suite, so any CI shows which SLO broke.
+
+One ``<testsuite>`` named after the experiment; one ``<testcase>`` per SLO (classname
+``inferchaos.<layer>``, name ``<slo> [<phase>]``), plus "fault had an observable effect" and
+"recovered within N s". A failure message carries the observed value and the threshold.
+Testcases that never ran are ``<skipped>`` in an aborted run and ``<error>`` in an error run,
+so an environment error can never pass as green.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from reports import formatting as fmt
+from reports.load import RunRecord, RunStatus
+from steady_state.slo import Phase
+
+EFFECT_CASE = "fault had an observable effect"
+
+
+class Outcome(StrEnum):
+    """The JUnit result of one testcase."""
+
+    PASSED = "passed"
+    FAILURE = "failure"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One testcase and its result."""
+
+    classname: str
+    name: str
+    outcome: Outcome = Outcome.PASSED
+    message: str = ""
+    kind: str = ""  # the failure/error ``type``
+    detail: str = ""  # element text: the longer story behind the message
+
+
+def _not_run(run: RunRecord, classname: str, name: str) -> Case:
+    """A testcase whose part of the run never happened."""
+    status, reason = run.verdict.status, run.verdict.reason
+    if status is RunStatus.ERROR:
+        return Case(classname, name, Outcome.ERROR, f"run error: {reason}", "RunError")
+    if status is RunStatus.ABORTED:
+        return Case(classname, name, Outcome.SKIPPED, f"run aborted: {reason}")
+    # A passed or failed run that still skipped a phase (killed before the revert, say) has
+    # left this part untested: that is a failure of the run, not a pass.
+    return Case(classname, name, Outcome.FAILURE, f"{name}: not run: {reason}", "NotRun")
+
+
+def slo_cases(run: RunRecord) -> list[Case]:
+    """One testcase per SLO of the verdict."""
+    cases = []
+    for slo in run.verdict.slos:
+        classname, name = f"inferchaos.{slo.layer}", fmt.slo_title(slo)
+        if not run.slo_ran(slo):
+            cases.append(_not_run(run, classname, name))
+        elif slo.ok:
+            cases.append(
+                Case(classname, name, detail=f"observed {fmt.observed(slo)}, threshold {fmt.threshold(slo)}")
+            )
+        else:
+            kind = "NoData" if slo.observed is None else "SloBreached"
+            cases.append(Case(classname, name, Outcome.FAILURE, fmt.slo_breach(slo), kind, slo.reason))
+    return cases
+
+
+def effect_case(run: RunRecord) -> Case:
+    """Did the fault bite? Without an observable effect a passing run proves nothing."""
+    fault = run.verdict.fault
+    classname = f"inferchaos.{fault.layer}" if fault else "inferchaos.fault"
+    if fault is None or not run.phases.ran(Phase.DURING):
+        return _not_run(run, classname, EFFECT_CASE)
+    if fault.effect_observed:
+        return Case(classname, EFFECT_CASE, detail=str(fault.evidence.get("reason", "")))
+    why = fault.evidence.get("reason")
+    message = f"{EFFECT_CASE}: observed no effect of {fault.name}, threshold: an observable effect"
+    return Case(classname, EFFECT_CASE, Outcome.FAILURE, f"{message} ({why})" if why else message, "NoEffect")
+
+
+def recovery_case(run: RunRecord) -> Case:
+    """Did the steady SLOs come back within the declared time after the revert?"""
+    timing = run.verdict.timing
+    classname = "inferchaos.recovery"
+    limit = timing.recovery_within_s
+    name = f"recovered within {limit:g} s" if limit is not None else "recovered"
+    if not run.phases.ran(Phase.RECOVERY):
+        return _not_run(run, classname, name)
+    if fmt.recovered(run):
+        return Case(classname, name, detail=f"time to recover {fmt.seconds(timing.time_to_recover_s)}")
+    if limit is None and timing.recovered is None:
+        return Case(classname, name, Outcome.SKIPPED, "the experiment declares no recovery")
+    threshold = "-" if limit is None else f"<= {limit:g} s"
+    observed = (
+        f"observed {timing.time_to_recover_s:.1f} s > threshold {threshold}"
+        if timing.time_to_recover_s is not None
+        else f"observed no recovery by the end of the run, threshold {threshold}"
+    )
+    return Case(classname, name, Outcome.FAILURE, f"{name}: {observed}", "NotRecovered", run.verdict.reason)
+
+
+def run_cases(run: RunRecord) -> list[Case]:
+    """Every testcase of ``run``, SLOs first."""
+    return [*slo_cases(run), effect_case(run), recovery_case(run)]
+
+
+def _counts(cases: list[Case]) -> dict[str, str]:
+    return {
+        "tests": str(len(cases)),
+        "failures": str(sum(c.outcome is Outcome.FAILURE for c in cases)),
+        "errors": str(sum(c.outcome is Outcome.ERROR for c in cases)),
+        "skipped": str(sum(c.outcome is Outcome.SKIPPED for c in cases)),
+    }
+
+
+def build_junit(run: RunRecord) -> ET.ElementTree:
+    """The JUnit XML document of ``run``: ``<testsuites>`` holding one ``<testsuite>``."""
+    v = run.verdict
+    cases = run_cases(run)
+    time = f"{v.duration_s:.3f}"
+    root = ET.Element("testsuites", {"name": "inferchaos", **_counts(cases), "time": time})
+    suite = ET.SubElement(root, "testsuite", {
+        "name": v.experiment,
+        **_counts(cases),
+        "time": time,
+        "timestamp": datetime.fromtimestamp(v.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+        "hostname": run.journal.node,
+    })  # fmt: skip
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (("title", v.title), ("env", v.env), ("status", v.status.value), ("reason", v.reason),
+                        ("triage.layer", v.triage.layer or ""), ("triage.reason", v.triage.reason)):  # fmt: skip
+        ET.SubElement(properties, "property", {"name": name, "value": value})
+    for case in cases:
+        element = ET.SubElement(suite, "testcase", {"classname": case.classname, "name": case.name})
+        if case.outcome is Outcome.PASSED:
+            if case.detail:
+                ET.SubElement(element, "system-out").text = case.detail
+            continue
+        attrs = {"message": case.message}
+        if case.kind:
+            attrs["type"] = case.kind
+        ET.SubElement(element, case.outcome.value, attrs).text = case.detail or None
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def junit_xml(run: RunRecord) -> str:
+    """junit.xml of ``run`` as text, with its XML declaration."""
+    return ET.tostring(build_junit(run).getroot(), encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,142 @@
+"""The five scenarios, the runner's exit codes and its crash cleanup, on the real local environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from environments.local.env import LocalEnvironment
+from faults.ledger import Ledger
+
+pytestmark = pytest.mark.integration
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "node_loss", "gpu_memory_squat"]
+
+
+def _inferchaos(args: list[str], home: Path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.cli", *args],
+        env={**os.environ, "INFERCHAOS_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def _verdict(out: Path, name: str) -> dict:
+    (run_dir,) = sorted(out.glob(f"*-{name}"))[-1:]
+    return json.loads((run_dir / "verdict.json").read_text())
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_passes_on_a_healthy_environment(
+    scenario: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    from environments.local.memory_budget import budgets_available
+
+    if scenario == "gpu_memory_squat" and not budgets_available()[0]:
+        pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
+    result = _inferchaos(["run", str(EXPERIMENTS / f"{scenario}.yaml"), "--out", str(tmp_path)], integration_home)
+    verdict = _verdict(tmp_path, scenario)
+    print(f"{scenario}: {verdict['status']} — {verdict['reason']}; timing {verdict['timing']}")
+    assert result.returncode == 0, f"{verdict['reason']}\n{result.stderr[-2000:]}"
+    assert verdict["status"] == "passed"
+    assert verdict["fault"]["effect_observed"] is True
+    assert verdict["timing"]["time_to_recover_s"] is not None
+    assert Ledger(integration_home / "ledger").is_empty(), "nothing may be left behind after rollback"
+    token = local_env.load_state().read_token()
+    for path in (tmp_path).rglob("*"):
+        if path.is_file():
+            assert token not in path.read_text(errors="replace"), f"the Ray token leaked into {path}"
+
+
+def test_impossible_ttft_slo_fails_with_exit_1_and_names_vllm(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    experiment = yaml.safe_load((EXPERIMENTS / "kv_flood.yaml").read_text())
+    for slo in experiment["slos"]:
+        if slo["name"] == "canary_ttft_p95":
+            slo["threshold"] = 0.001
+    path = tmp_path / "kv_flood_impossible.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    result = _inferchaos(["run", str(path), "--out", str(tmp_path / "out")], integration_home)
+    verdict = _verdict(tmp_path / "out", "kv_flood_impossible")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert verdict["status"] == "failed"
+    assert "canary_ttft_p95" in verdict["reason"]
+    assert verdict["triage"]["layer"] == "vllm", verdict["triage"]
+    assert verdict["timing"]["time_to_detect_s"] is not None
+    print(f"impossible SLO: detected in {verdict['timing']['time_to_detect_s']:.2f} s; triage {verdict['triage']['reason']}")
+
+
+def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    from ray.util.state import list_actors
+
+    from faults.ray.actors import LEAK_NAMESPACE
+
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", "run", str(EXPERIMENTS / "actor_leak.yaml"), "--out", str(tmp_path)],
+        env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    ledger = Ledger(integration_home / "ledger")
+    local_env.connect_ray()
+
+    def leaked() -> list:
+        return [a for a in list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)]) if a.state != "DEAD"]
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (ledger.entries() and len(leaked()) >= 2):
+        time.sleep(0.5)
+    assert leaked(), "the leak should be running before the runner is killed"
+    os.killpg(runner.pid, signal.SIGKILL)
+    runner.wait(timeout=30)
+    assert leaked(), "detached leaked actors outlive the killed runner, as a real leak does"
+    assert not ledger.is_empty()
+
+    result = _inferchaos(["cleanup"], integration_home)
+    assert result.returncode == 0, result.stderr
+    assert "reverted leak_actors" in result.stdout
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and leaked():
+        time.sleep(0.5)
+    assert leaked() == []
+    assert ledger.is_empty()
+    again = _inferchaos(["cleanup"], integration_home)
+    assert again.returncode == 0 and "nothing to revert" in again.stdout
+
+
+def test_chaos_toolkit_cli_runs_the_strict_pg_stall_experiment(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal.json"
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("chaos")), "run", "--journal-path", str(journal),
+         str(EXPERIMENTS / "strict_pg_stall.yaml")],
+        env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    data = json.loads(journal.read_text())
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert data["status"] == "completed"
+    action, effect = data["run"]
+    assert action["status"] == "succeeded" and action["activity"]["name"] == "stall-placement-group"
+    assert effect["activity"]["name"] == "fault-had-an-effect"
+    assert effect["output"]["effect_observed"] is True, effect["output"]
+    assert [r["status"] for r in data["rollbacks"]] == ["succeeded"]
+    assert Ledger(integration_home / "ledger").is_empty()
