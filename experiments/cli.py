@@ -19,7 +19,7 @@ from environments.local.env import LocalEnvironment
 from environments.local.model import TinyModelSpec, ensure_model
 from experiments.env_config import load_env_config
 from experiments.progress import Progress
-from experiments.runner import RunOptions, run_experiment
+from experiments.runner import RunOptions, check_environment, run_experiment
 from experiments.spec import load_and_validate
 from experiments.suites import SUITES, suite_paths
 from experiments.verdict import EXIT_INTERRUPTED, Verdict
@@ -283,6 +283,26 @@ def _render_index(out_dir: Path) -> Path:
     from reports.render import render_index
 
     return render_index(out_dir)
+
+
+@cli.command("observe")
+@click.option("--env", "env_name", type=click.Choice(["local"]), default="local", show_default=True)
+@click.option("--duration", type=float, default=60.0, show_default=True, help="How long to watch, in seconds.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="Where the timeline CSV is written.")
+def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) -> None:
+    """Show a live table of the key probes per layer and write the timeline; injects nothing."""
+    from experiments.observe import observe
+
+    if duration <= 0:
+        raise ConfigError(f"--duration must be positive, got {duration}")
+    if interval < 0.25:
+        raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
+    environment = _open_env(env_name)
+    check_environment(environment)
+    path = observe(environment, duration, interval, out_dir, console)
+    console.print(f"timeline: {path}", highlight=False)
 
 
 @cli.command("cleanup")

@@ -387,7 +387,7 @@ class Runner:
         status, reason = self._status(evaluation, fault_outcome, recovery)
         breach_at = evaluation.detection.at if evaluation.detection else (timeline.marks.get(Mark.INJECTED) or started)
         injected = timeline.marks.get(Mark.INJECTED)
-        triage_result = triage(timeline, breach_at, since=injected) if injected else None
+        triage_result = triage(timeline, breach_at, since=injected, thresholds=triage_thresholds(spec)) if injected else None
         return Verdict(
             experiment=spec.name,
             title=spec.title,
@@ -446,6 +446,14 @@ class Runner:
         (self.run_dir / "journal.json").write_text(json.dumps(redact(journal, secrets), indent=2, default=str))
         (self.run_dir / "verdict.json").write_text(json.dumps(redact(verdict.to_dict(), secrets), indent=2, default=str))
         _render_reports(self.run_dir)
+
+
+def triage_thresholds(spec: ExperimentSpec) -> dict[str, float]:
+    """Thresholds triage cannot know by itself: how much device memory a replica needs."""
+    from faults.gpu.squat import DEFAULT_REPLICA_NEED_BYTES
+
+    need = spec.fault.params.get("replica_need_bytes") or DEFAULT_REPLICA_NEED_BYTES
+    return {"device.free_bytes": float(need)}
 
 
 def _merge_evidence(during: Evidence | None, after: Evidence | None) -> dict[str, Any]:

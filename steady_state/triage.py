@@ -68,6 +68,10 @@ RULES: tuple[Rule, ...] = (
     Rule(Layer.DEVICE, "device.available", C.EQUALS, 0, "device unavailable ({labels})"),
     Rule(Layer.DEVICE, "device.free_bytes", C.BELOW, None,
          "device {labels} has {value:.4g} bytes free, below the {threshold:.4g} a replica needs"),
+    # A replica's device is rarely "free enough" while the replica itself holds it, so the
+    # level rule alone stays silent at a squat; a sudden drop of free memory is the sign.
+    Rule(Layer.DEVICE, "device.free_bytes", C.FALLING, 256 * 2**20,
+         "device {labels} lost {value:.4g} bytes of free memory to something outside the replica"),
     # Ray (meso): nodes, pending work and placement groups, leaked actors.
     # DEAD nodes stay listed for the cluster's life: a new death is a rise, not a level.
     Rule(Layer.RAY, "ray.nodes_dead", C.RISING, 0, "{value:g} more Ray node(s) dead"),

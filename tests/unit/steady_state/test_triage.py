@@ -152,7 +152,18 @@ def test_device_memory_below_the_replica_need_is_device(synth: Synth) -> None:
     result = diagnose(synth, timeline, thresholds={"device.free_bytes": 2 * GIB})
     assert result.layer == "device"
     assert result.evidence["labels"] == {"device": "0"} and result.evidence["threshold"] == 2 * GIB
-    # Without knowing what a replica needs, free bytes prove nothing: the symptom remains.
+    # Without knowing what a replica needs, the sudden drop of free memory still names it.
+    unknown_need = diagnose(synth, timeline)
+    assert unknown_need.layer == "device" and "lost" in unknown_need.reason
+
+
+def test_a_small_wobble_of_device_memory_is_not_blamed(synth: Synth) -> None:
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        without(calm_vllm(synth), "vllm.healthy"),
+        synth.rows("vllm.healthy", step(1, 0, 13), labels={"replica": "replica-0"}),
+        synth.rows("device.free_bytes", step(6 * GIB, 6 * GIB - 100 * 2**20, 11), labels={"device": "0"}),
+    )
     assert diagnose(synth, timeline).layer == "vllm"
 
 

@@ -1,0 +1,43 @@
+"""Triage on timelines recorded from the real local environment, one per fault type.
+
+Each file in tests/fixtures/timelines/ is the timeline.csv of a real `inferchaos run` of the
+scenario of that name (2 replicas, 2 workers, 1 s sampling).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from steady_state.timeline import Mark, read_timeline
+from steady_state.triage import triage
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "timelines"
+REPLICA_NEEDS_BYTES = 1.9e9
+
+
+@pytest.mark.parametrize(
+    ("scenario", "layer", "words"),
+    [
+        ("kv_flood", "vllm", "KV cache"),
+        ("actor_leak", "ray", "pending node assignment"),
+        ("strict_pg_stall", "ray", "placement group"),
+        ("node_loss", "ray", "node"),
+        ("gpu_memory_squat", "device", "free memory"),
+    ],
+)
+def test_recorded_fault_is_blamed_on_its_layer(scenario: str, layer: str, words: str) -> None:
+    timeline = read_timeline(FIXTURES / f"{scenario}.csv")
+    injected = timeline.marks[Mark.INJECTED]
+    result = triage(timeline, injected, since=injected, thresholds={"device.free_bytes": REPLICA_NEEDS_BYTES})
+    assert result.layer == layer, result
+    assert words in result.reason, result.reason
+
+
+def test_recorded_baseline_alone_names_no_layer() -> None:
+    # Before the injection nothing is wrong: triage must not invent a culprit.
+    timeline = read_timeline(FIXTURES / "kv_flood.csv")
+    start = timeline.marks[Mark.BASELINE_START]
+    result = triage(timeline, start + 5, since=start, lookback_s=5, lookahead_s=3)
+    assert result.layer == "unknown", result
