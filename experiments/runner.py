@@ -234,9 +234,7 @@ class Runner:
         timeline.mark(Mark.INJECTED, time.time())
         try:
             try:
-                self._state.handle = await asyncio.to_thread(self.fault.inject, self.env, dict(spec.fault.params), self.ledger)
-            except InferchaosError as e:
-                self._state.errors.append(f"inject failed: {e}")
+                self._state.handle = await self._inject()
             finally:
                 # The ledger holds the handle even if inject failed midway: find it for the revert.
                 if self._state.handle is None:
@@ -248,15 +246,43 @@ class Runner:
             self._progress(f"injected {spec.fault.fault}")
             remaining = spec.fault.duration_s - (time.time() - (handle.injected_at or time.time()))
             await self._wait_phase("during", max(0.0, remaining))
-            self._state.evidence_during = await asyncio.to_thread(self.fault.evidence, self.env, handle)
-            self._state.action_output = {"handle": handle.id, "evidence": asdict(self._state.evidence_during)}
+            await self._read_evidence_during(handle)
         except StopConditionBreached:
             self._progress(f"stop condition fired: {self._state.stop['reason'] if self._state.stop else ''}")
+            if self._state.handle is not None:
+                # What the fault did before the guardrail fired still belongs in the verdict.
+                await self._read_evidence_during(self._state.handle)
         finally:
             await self._revert(timeline)
         if self._state.handle is not None and not self._state.interrupted and not self._state.errors:
             await self._recovery(timeline)
             self._state.evidence_after = await asyncio.to_thread(self.fault.evidence, self.env, self._state.handle)
+
+    async def _inject(self) -> FaultHandle | None:
+        """Inject in a thread; a Ctrl-C waits for the act to finish so the revert undoes all of it."""
+        act = asyncio.ensure_future(
+            asyncio.to_thread(self.fault.inject, self.env, dict(self.spec.fault.params), self.ledger)
+        )
+        try:
+            return await asyncio.shield(act)
+        except asyncio.CancelledError:
+            self._state.interrupted = True
+            # The thread cannot be stopped midway; reverting before it ends would leave the
+            # rest of its act in place. Wait for it, then let the cancellation go on.
+            await asyncio.wait([act])
+            if not act.cancelled() and act.exception() is None:
+                self._state.handle = act.result()
+            raise
+        except InferchaosError as e:
+            self._state.errors.append(f"inject failed: {e}")
+        except Exception as e:  # noqa: BLE001 - recorded with its traceback; the run ends as an error
+            logger.exception("inject of %s failed", self.spec.fault.fault)
+            self._state.errors.append(f"inject failed: {type(e).__name__}: {e}")
+        return None
+
+    async def _read_evidence_during(self, handle: FaultHandle) -> None:
+        self._state.evidence_during = await asyncio.to_thread(self.fault.evidence, self.env, handle)
+        self._state.action_output = {"handle": handle.id, "evidence": asdict(self._state.evidence_during)}
 
     async def _revert(self, timeline: Timeline) -> None:
         handle = self._state.handle
@@ -408,6 +434,8 @@ class Runner:
     def _status(self, evaluation: Any, fault: FaultOutcome | None, recovery: Any) -> tuple[Status, str]:
         state = self._state
         if state.interrupted:
+            if state.handle is None:
+                return Status.ABORTED, "interrupted before the injection; nothing was injected"
             return Status.ABORTED, "interrupted; the fault was rolled back"
         if state.stop and state.stop.get("kind") == "baseline":
             return Status.ABORTED, state.stop["reason"]

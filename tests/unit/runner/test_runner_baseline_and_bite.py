@@ -1,0 +1,79 @@
+"""Nothing is injected into a system that is not steady, and a fault that never bit never passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from runner_fakes import FakeEnv, RunResult, make_spec
+
+from experiments.runner import RunOptions, run_experiment
+from experiments.verdict import Status
+from faults.ledger import Ledger
+from inferchaos.errors import EnvironmentError_
+
+
+def test_baseline_not_met_aborts_without_injecting(baseline_failed_run: RunResult) -> None:
+    verdict = baseline_failed_run.verdict
+    assert verdict.status is Status.ABORTED
+    assert verdict.reason.startswith("baseline not met: kv_headroom_before:"), verdict.reason
+    names = baseline_failed_run.world.names()
+    assert "inject" not in names and "revert" not in names, names
+    assert verdict.fault is None
+    ledger = baseline_failed_run.ledger
+    assert not ledger.folder.exists() or not any(ledger.folder.iterdir()), list(ledger.folder.iterdir())
+    assert names == ["canary.start", "canary.stop"]
+
+
+def test_baseline_not_met_journal_is_aborted_not_completed(baseline_failed_run: RunResult) -> None:
+    journal = json.loads(baseline_failed_run.read("journal.json"))
+    assert journal["status"] == "aborted"
+    assert journal["steady_states"]["before"]["steady_state_met"] is False
+    assert journal["run"] == [] and journal["rollbacks"] == []
+    timeline = baseline_failed_run.read("timeline.csv")
+    assert "phase.baseline_start" in timeline and "phase.end" in timeline
+    assert "phase.injected" not in timeline
+
+
+def test_fault_that_did_not_bite_fails(no_bite_run: RunResult) -> None:
+    verdict = no_bite_run.verdict
+    assert verdict.status is Status.FAILED
+    assert verdict.reason == "fault had no observable effect: no request reached replica-0"
+    assert verdict.fault is not None and verdict.fault.effect_observed is False
+    names = no_bite_run.world.names()
+    assert names.count("revert") == 1 and no_bite_run.ledger.entries() == [], names
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (FakeEnv(up=False), "environment is not up"),
+        (FakeEnv(front_door_healthy=False), "does not serve"),
+    ],
+    ids=["env-down", "front-door-down"],
+)
+def test_environment_not_serving_is_refused_before_anything_is_touched(
+    tmp_path: Path, private_home: Path, env: FakeEnv, message: str
+) -> None:
+    spec = make_spec(tmp_path / "refused.yaml")
+    run_dir = tmp_path / "run"
+    with pytest.raises(EnvironmentError_, match=message) as raised:
+        run_experiment(spec, env, RunOptions(interval_s=0.25, run_dir=run_dir))
+    assert raised.value.exit_code == 2
+    assert Ledger().entries() == []
+    assert not run_dir.exists(), "a refused run must not leave a run folder"
+    assert env.ray_connects == 0
+
+
+def test_dry_run_plans_and_touches_nothing(
+    tmp_path: Path, private_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = make_spec(tmp_path / "dry.yaml")
+    run_dir = tmp_path / "run"
+    env = FakeEnv()
+    assert run_experiment(spec, env, RunOptions(dry_run=True, run_dir=run_dir)) is None
+    out = capsys.readouterr().out
+    assert "would touch:" in out and "  - nothing real" in out
+    assert "availability: mean(canary.success) >= 0.9 [during]" in out
+    assert Ledger().entries() == [] and not run_dir.exists() and env.ray_connects == 0
