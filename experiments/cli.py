@@ -17,7 +17,7 @@ from environments.base import EnvStatus
 from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from environments.local.model import TinyModelSpec, ensure_model
-from experiments.env_config import load_env_config
+from experiments.env_config import AllowList, load_env_config
 from experiments.progress import Progress
 from experiments.runner import RunOptions, check_environment, run_experiment
 from experiments.spec import load_and_validate
@@ -194,9 +194,11 @@ def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
     console.print(f"  run folder: {run_dir}", highlight=False)
 
 
-def _run_one(path: Path, env: LocalEnvironment, out: Path, interval: float, dry_run: bool) -> int:
+def _run_one(
+    path: Path, env: LocalEnvironment, out: Path, interval: float, dry_run: bool, allow: AllowList | None = None
+) -> int:
     spec = load_and_validate(path)
-    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run)
+    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow)
     with Progress() as progress:
         runner_progress = progress if not dry_run else None
         verdict = run_experiment(spec, env, options, runner_progress)
@@ -226,15 +228,16 @@ def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: 
     (nothing injected); 130 interrupted (after rollback).
     """
     spec = load_and_validate(experiment)
+    allow = None
     if config_file is not None:
-        load_env_config(config_file, env_name)
+        allow = load_env_config(config_file, env_name).allow
     elif env_name in ("kind", "cluster"):
         raise ConfigError(f"--env {env_name} requires --config with an explicit allow-list; there is no default")
     if spec.env != env_name:
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
     if interval < 0.25:
         raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
-    sys.exit(_run_one(experiment, _open_env(env_name), out_dir, interval, dry_run))
+    sys.exit(_run_one(experiment, _open_env(env_name), out_dir, interval, dry_run, allow))
 
 
 @cli.command("gameday")

@@ -60,3 +60,24 @@ def load_env_config(path: Path, env_name: str) -> EnvConfig:
             raise ConfigError(f"{path}: allow.{key}: must be a list of strings")
         lists[key] = tuple(value)
     return EnvConfig(env=env_name, allow=AllowList(max_targets=max_targets, **lists), settings=data.get("settings", {}))
+
+
+# Plan targets that name a thing a fault acts on (the rest describe how, e.g. a pid).
+PRIMARY_TARGETS = ("ray-node:", "device:", "vllm:", "replica:", "k8s-node:", "pod:")
+
+
+def ensure_plan_is_allowed(targets: list[str], allow: AllowList, ray_address: str = "") -> None:
+    """Refuse, before injection, a plan that touches anything the allow-list does not name."""
+    if allow.ray_addresses and ray_address and ray_address not in allow.ray_addresses:
+        raise ConfigError(f"allow.ray_addresses: {ray_address} is not allowed ({list(allow.ray_addresses)})")
+    for target in targets:
+        if target.startswith("device:") and allow.devices:
+            device = target.split(":", 1)[1]
+            if device not in allow.devices:
+                raise ConfigError(f"allow.devices: device {device} is not allowed ({list(allow.devices)})")
+    primary = {t for t in targets if t.startswith(PRIMARY_TARGETS) and not t.startswith("replica:")}
+    if len(primary) > allow.max_targets:
+        raise ConfigError(
+            f"allow.max_targets: the plan touches {len(primary)} targets ({sorted(primary)}), "
+            f"more than {allow.max_targets} at once"
+        )

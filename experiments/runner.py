@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.env_config import AllowList, ensure_plan_is_allowed
 from experiments.journal import build_journal
 from experiments.probes import build_probes
 from experiments.redact import redact, secret_values
@@ -54,6 +55,7 @@ class RunOptions:
     dry_run: bool = False
     canary_rate_per_s: float = 2.0
     run_dir: Path | None = None
+    allow: AllowList | None = None
 
 
 @dataclass
@@ -524,6 +526,8 @@ def run_experiment(
     Returns None for a dry run: nothing was touched.
     """
     _, plan = plan_run(spec, env)
+    if options.allow is not None:
+        ensure_plan_is_allowed(plan.targets, options.allow, getattr(env.load_state(), "ray_address", ""))
     if options.dry_run:
         print(describe_plan(spec, plan))
         return None
