@@ -117,39 +117,41 @@ SETTINGS = Settings()
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
-    # On the parser itself: Locust's argument groups do not take include_in_web_ui.
-    group = parser
-    group.add_argument("--load-profile", choices=PROFILES, default="steady",
-                       help="Load shape: steady (-u users), ramp (1 to -u over --ramp-seconds), "
-                            "spike (-u users, --spike-users during the spike).")  # fmt: skip
-    group.add_argument("--model", default="", help="Model name to request; default: the first of GET /v1/models.")
-    group.add_argument("--request-timeout", type=float, default=60.0, help="Seconds a streamed completion may take.")
-    group.add_argument("--chat-max-tokens", type=int, default=16, help="max_tokens of the chat user.")
-    group.add_argument("--long-max-tokens", type=int, default=32, help="max_tokens of the long-context user.")
-    group.add_argument("--long-prompt-words", type=int, default=120,
-                       help="Words in the long-context user's prompt (about 5 tokens each for the tiny model).")  # fmt: skip
-    group.add_argument("--ramp-seconds", type=float, default=60.0, help="ramp: seconds to reach -u users.")
-    group.add_argument("--spike-at", type=float, default=30.0, help="spike: second the spike starts.")
-    group.add_argument("--spike-seconds", type=float, default=15.0, help="spike: how long it lasts.")
-    group.add_argument("--spike-users", type=int, default=0, help="spike: users during the spike (default 3 x -u).")
-    group.add_argument("--chaos", default="", include_in_web_ui=False,
-                       help="Scenario to inject during the test: a name in experiments/ (kv_flood) or a YAML path.")  # fmt: skip
-    group.add_argument("--chaos-at", type=float, default=0.0, include_in_web_ui=False,
-                       help="Second of the test at which the chaos run starts (it samples its own baseline first).")  # fmt: skip
-    group.add_argument("--chaos-out", default="runs", include_in_web_ui=False,
-                       help="Where the chaos run writes its run folder (verdict.json, report.html).")  # fmt: skip
-    group.add_argument("--chaos-command", default="", include_in_web_ui=False,
-                       help="Command that replaces `python -m experiments.cli` (tests point it at a fake).")  # fmt: skip
-    group.add_argument("--chaos-stop-timeout", type=float, default=120.0, include_in_web_ui=False,
-                       help="Seconds the chaos run is given to revert and write its verdict after SIGINT.")  # fmt: skip
-    group.add_argument("--stop-with-pid", type=int, default=0, include_in_web_ui=False,
-                       help="Stop the test when this process is gone (set by inferchaos's LocustLoad).")  # fmt: skip
+    # Added to the parser itself: Locust's argument groups do not accept include_in_web_ui.
+    add = parser.add_argument
+    add("--load-profile", choices=PROFILES, default="steady",
+        help="Load shape: steady (-u users), ramp (1 to -u users over --ramp-seconds), spike "
+             "(-u users, --spike-users during the spike).")  # fmt: skip
+    add("--model", default="", help="Model to request; default: the first of GET /v1/models.")
+    add("--request-timeout", type=float, default=60.0, help="Seconds a streamed completion may take.")
+    add("--chat-max-tokens", type=int, default=16, help="max_tokens of the chat user.")
+    add("--long-max-tokens", type=int, default=32, help="max_tokens of the long-context user.")
+    add("--long-prompt-words", type=int, default=120,
+        help="Words in the long-context prompt (about 5 tokens each for the tiny local model).")  # fmt: skip
+    add("--ramp-seconds", type=float, default=60.0, help="ramp: seconds to reach -u users.")
+    add("--spike-at", type=float, default=30.0, help="spike: second the spike starts.")
+    add("--spike-seconds", type=float, default=15.0, help="spike: how long it lasts.")
+    add("--spike-users", type=int, default=0, help="spike: users during the spike (default 3 x -u).")
+    add("--chaos", default="", include_in_web_ui=False,
+        help="Scenario to inject during the test: a name in experiments/ (kv_flood) or a YAML path.")  # fmt: skip
+    add("--chaos-at", type=float, default=0.0, include_in_web_ui=False,
+        help="Second of the test at which the chaos run starts (it samples its own baseline first).")  # fmt: skip
+    add("--chaos-out", default="runs", include_in_web_ui=False,
+        help="Where the chaos run writes its run folder (verdict.json, report.html).")  # fmt: skip
+    add("--chaos-command", default="", include_in_web_ui=False,
+        help="Command that replaces `python -m experiments.cli` (tests point it at a fake).")  # fmt: skip
+    add("--chaos-stop-timeout", type=float, default=120.0, include_in_web_ui=False,
+        help="Seconds the chaos run is given to revert and write its verdict after SIGINT.")  # fmt: skip
+    add("--stop-with-pid", type=int, default=0, include_in_web_ui=False,
+        help="End the test once this process is gone (LocustLoad passes the runner's pid).")  # fmt: skip
 
 
 # -- the users -----------------------------------------------------------------------------
 
 
-def _fire(user: FastHttpUser, name: str, seconds: float, length: int = 0, exception: Exception | None = None) -> None:
+def _fire(
+    user: FastHttpUser, name: str, seconds: float, length: int = 0, exception: Exception | None = None
+) -> None:
     user.environment.events.request.fire(
         request_type=REQUEST_TYPE,
         name=name,
@@ -160,14 +162,14 @@ def _fire(user: FastHttpUser, name: str, seconds: float, length: int = 0, except
     )
 
 
-def _read_stream(response: Any, started: float) -> StreamTiming:
+def _read_stream(response: Any, started: float, timing: StreamTiming) -> None:
     """Time every SSE ``data:`` line of a streamed completion as it arrives.
 
     The geventhttpclient response is read line by line with ``\\n`` as separator: its public
     ``readline`` splits on ``\\r\\n`` and ``iter_content`` waits for 1 KiB, both of which
-    would hold small SSE events back and distort TTFT and ITL.
+    would hold small SSE events back and distort TTFT and ITL. ``timing`` is filled as the
+    chunks come, so a stream that breaks half way still has its TTFT.
     """
-    timing = StreamTiming()
     raw = response._response
     while line := raw.readline(b"\n"):
         if not line.startswith(b"data:"):
@@ -185,7 +187,6 @@ def _read_stream(response: Any, started: float) -> StreamTiming:
         usage = event.get("usage")
         if usage and usage.get("completion_tokens") is not None:
             timing.usage_tokens = int(usage["completion_tokens"])
-    return timing
 
 
 def stream_completion(user: FastHttpUser, prompt: str, max_tokens: int) -> None:
@@ -204,8 +205,10 @@ def stream_completion(user: FastHttpUser, prompt: str, max_tokens: int) -> None:
         }
         response = user.client.post("/v1/completions", json=body, headers=headers, stream=True)
         if response.status_code != 200:
-            raise StreamFailed(f"HTTP {response.status_code}" if response.status_code else f"no response: {response.error}")
-        timing = _read_stream(response, started)
+            raise StreamFailed(
+                f"HTTP {response.status_code}" if response.status_code else f"no response: {response.error}"
+            )
+        _read_stream(response, started, timing)
         if timing.ttft_s is None:
             raise StreamFailed("stream ended without a data chunk")
     except (StreamFailed, ValueError, *FAILURE_EXCEPTIONS) as e:
@@ -356,7 +359,9 @@ class ChaosPlan:
             experiment = EXPERIMENTS_DIR / f"{options.chaos}.yaml"
         if not experiment.is_file():
             known = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
-            raise ConfigError(f"--chaos {options.chaos}: no experiment {experiment}; known: {', '.join(known)}")
+            raise ConfigError(
+                f"--chaos {options.chaos}: no experiment {experiment}; known: {', '.join(known)}"
+            )
         if options.chaos_at < 0 or options.chaos_stop_timeout <= 0:
             raise ConfigError("--chaos-at must be >= 0 and --chaos-stop-timeout > 0")
         command = tuple(shlex.split(options.chaos_command)) or (sys.executable, "-m", "experiments.cli")
@@ -389,12 +394,16 @@ class ChaosRun:
 
     def _start(self) -> None:
         self.plan.out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.plan.out_dir / f"chaos-{self.plan.experiment.stem}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        log_path = (
+            self.plan.out_dir / f"chaos-{self.plan.experiment.stem}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        )
         self._started_wall = time.time()
         with open(log_path, "ab") as log:
             self._proc = subprocess.Popen(self.plan.argv(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        logger.info("chaos: started %s (pid %d); its output: %s", " ".join(self.plan.argv()), self._proc.pid, log_path)
+        logger.info(
+            "chaos: started %s (pid %d); its output: %s", " ".join(self.plan.argv()), self._proc.pid, log_path
+        )
         self._log_path = log_path
         gevent.spawn(self._watch)
 
@@ -433,7 +442,10 @@ class ChaosRun:
         verdict = _newest_verdict(self.plan.out_dir, since=self._started_wall)
         name = self.plan.experiment.stem
         if verdict is None:
-            print(f"chaos: {name} ended (exit {self._proc.returncode}) without a verdict; see {self._log_path}", flush=True)
+            print(
+                f"chaos: {name} ended (exit {self._proc.returncode}) without a verdict; see {self._log_path}",
+                flush=True,
+            )
             return
         try:
             status = json.loads(verdict.read_text()).get("status", "?")
@@ -525,5 +537,8 @@ def _on_init(environment: Environment, runner: Runner, **_kwargs: Any) -> None:
     # In a headless shape run Locust installs its SIGTERM handler only after the shape ends;
     # until then SIGTERM would kill it without test_stop, and a chaos run without its SIGINT.
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    # A process started in the background by a shell inherits SIGINT ignored; SIGINT is how
+    # LocustLoad and --stop-with-pid stop the test, so it must interrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if options.stop_with_pid:
         gevent.spawn(_watch_pid, options.stop_with_pid)

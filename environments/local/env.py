@@ -106,6 +106,18 @@ def list_ray_nodes(state: LocalEnvState, timeout_s: float = 10.0) -> list[NodeSt
     return sorted(result, key=lambda n: (not n.is_head, n.name))
 
 
+def _disconnect_driver(state: LocalEnvState) -> None:
+    """Stop being a driver of this cluster before it goes, so Ray does not poll a dead GCS."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return
+    import ray
+
+    if ray.is_initialized() and ray.get_runtime_context().gcs_address == state.ray_address:
+        ray.shutdown()
+
+
 def replica_healthy(record: ReplicaRecord, timeout_s: float = 2.0) -> bool:
     """True when the replica's own vLLM answers /health with 200."""
     try:
@@ -275,6 +287,9 @@ class LocalEnvironment:
             env_id=state.env_id,
             memory_budget_bytes=cfg.replica_memory_mib * 1024 * 1024,
         )
+        if ray.is_initialized():
+            # A process is the driver of one cluster at a time; this one is new.
+            ray.shutdown()
         ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
         # Serve logs its progress at INFO to stdout; our own progress line says the same.
         logging.getLogger("ray.serve").setLevel(logging.WARNING)
@@ -380,6 +395,7 @@ class LocalEnvironment:
         if not self.is_recorded():
             return []
         state = self.load_state()
+        _disconnect_driver(state)
         procs = {p.pid: p for node in state.nodes for p in descendants(node.pid)}
         procs.update({p.pid: p for p in processes_with_marker(state.env_id)})
         self._progress(f"stopping {len(procs)} process(es) of the local environment")
