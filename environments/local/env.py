@@ -6,7 +6,8 @@ import logging
 import os
 import secrets
 import shutil
-import threading
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from environments.local.config import LocalEnvConfig
 from environments.local.memory_budget import remove_budgets
 from environments.local.model import ensure_model
 from environments.local.processes import (
+    ENV_MARKER,
     descendants,
     end_processes,
     pid_alive,
@@ -52,6 +54,9 @@ from inferchaos.paths import local_env_dir, short_scratch_dir
 logger = logging.getLogger(__name__)
 
 SERVED_MODEL_NAME = "tiny-llama"
+# The environment this process is a Ray driver of: two environments can reuse one address
+# (the same port slot, one after the other), so the address alone does not tell them apart.
+_driver_env_id: str | None = None
 ProgressFn = Callable[[str], None]
 
 
@@ -69,6 +74,13 @@ def use_ray_auth(state: LocalEnvState) -> None:
     token = state.read_token()
     if os.environ.get("RAY_AUTH_MODE") == "token" and os.environ.get("RAY_AUTH_TOKEN") == token:
         return
+    # The token must not change under a live driver connection to another cluster: Ray's
+    # error listener would fail on it with InvalidAuthToken.
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized() and _driver_env_id != state.env_id:
+            ray.shutdown()
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = token
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
@@ -106,6 +118,34 @@ def list_ray_nodes(state: LocalEnvState, timeout_s: float = 10.0) -> list[NodeSt
     return sorted(result, key=lambda n: (not n.is_head, n.name))
 
 
+def connect_driver(state: LocalEnvState) -> None:
+    """Make this process a driver of the environment's cluster, leaving any other cluster first.
+
+    A process is the driver of one cluster at a time, and the auth token must not change under
+    a live connection: Ray's error listener would then fail with InvalidAuthToken.
+    """
+    import ray
+
+    global _driver_env_id
+    if ray.is_initialized():
+        if _driver_env_id == state.env_id:
+            return
+        ray.shutdown()
+    use_ray_auth(state)
+    ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
+    _driver_env_id = state.env_id
+
+
+def _leave_any_driver() -> None:
+    global _driver_env_id
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    _driver_env_id = None
+
+
 def _disconnect_driver(state: LocalEnvState) -> None:
     """Stop being a driver of this cluster before it goes, so Ray does not poll a dead GCS."""
     import sys
@@ -114,7 +154,7 @@ def _disconnect_driver(state: LocalEnvState) -> None:
         return
     import ray
 
-    if ray.is_initialized() and ray.get_runtime_context().gcs_address == state.ray_address:
+    if ray.is_initialized() and _driver_env_id == state.env_id:
         ray.shutdown()
 
 
@@ -167,6 +207,9 @@ class LocalEnvironment:
             self._progress("found a stale local environment; ending it first")
             self.down()
         self._check_ports_free()
+        # A driver left connected to an earlier environment on these ports would reach the new
+        # GCS with the old token; leave it before anything new listens there.
+        _leave_any_driver()
 
         self._progress("generating the tiny model (cached after the first run)")
         model_path = ensure_model(cfg.model)
@@ -267,70 +310,44 @@ class LocalEnvironment:
         )
 
     def _deploy_replicas(self, state: LocalEnvState, started: float) -> None:
-        import ray
-        from ray import serve
-
-        from environments.local.serve_app import APP_NAME, ReplicaLaunch, build_app
-
         cfg = state.config
-        use_ray_auth(state)
-        launch = ReplicaLaunch(
-            model_dir=state.model_dir,
-            served_model_name=state.served_model_name,
-            max_model_len=cfg.model.max_model_len,
-            kv_cache_bytes=cfg.kv_cache_bytes,
-            base_port=cfg.replica_base_port,
-            state_dir=str(self.state_dir),
-            max_slots=cfg.workers,
-            startup_timeout_s=cfg.ready_timeout_s,
-            extra_args=cfg.vllm_extra_args,
-            env_id=state.env_id,
-            memory_budget_bytes=cfg.replica_memory_mib * 1024 * 1024,
-        )
-        if ray.is_initialized():
-            # A process is the driver of one cluster at a time; this one is new.
-            ray.shutdown()
-        ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
-        # Serve logs its progress at INFO to stdout; our own progress line says the same.
-        logging.getLogger("ray.serve").setLevel(logging.WARNING)
-        errors: list[BaseException] = []
-
-        def deploy() -> None:
-            try:
-                serve.start(
-                    proxy_location="HeadOnly",
-                    http_options={"host": "127.0.0.1", "port": cfg.front_door_port},
-                )
-                serve.run(build_app(launch, cfg.replicas), name=APP_NAME, route_prefix="/")
-            except Exception as e:  # noqa: BLE001 - handed to the waiting thread, which re-raises it
-                errors.append(e)
-
-        thread = threading.Thread(target=deploy, name="serve-deploy", daemon=True)
-        thread.start()
+        log_path = state.logs_dir / "deploy.log"
+        with open(log_path, "ab") as log:
+            deployer = subprocess.Popen(
+                [sys.executable, "-m", "environments.local.deploy", str(self.state_dir)],
+                env={**os.environ, ENV_MARKER: state.env_id},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
-            self._wait_for_replicas(state, thread, errors, started)
+            self._wait_for_replicas(state, deployer, log_path, started)
             if not wait_for_port(cfg.front_door_port, timeout_s=30):
                 raise EnvironmentStartError(f"the front door did not listen on port {cfg.front_door_port}")
             self._wait_front_door(state)
         finally:
-            ray.shutdown()
+            if deployer.poll() is None:
+                deployer.terminate()
+                deployer.wait(timeout=30)
 
     def _wait_for_replicas(
-        self, state: LocalEnvState, thread: threading.Thread, errors: list[BaseException], started: float
+        self, state: LocalEnvState, deployer: subprocess.Popen[bytes], log_path: Path, started: float
     ) -> None:
         cfg = state.config
         deadline = time.monotonic() + cfg.ready_timeout_s
         while time.monotonic() < deadline:
-            if errors:
-                raise EnvironmentStartError(f"deploying the vLLM replicas failed: {errors[0]}") from errors[0]
+            code = deployer.poll()
+            if code not in (None, 0):
+                last = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+                raise EnvironmentStartError(last[-1] if last else f"deploying the vLLM replicas failed (exit {code})")
             records = [r for r in read_records(state.replicas_dir) if r.state != "stopped"]
             failed = [r for r in records if r.state == "failed"]
             if failed:
                 raise EnvironmentStartError(
-                    f"{failed[0].name} failed to start; its log is {failed[0].log_path}"
+                    f"{failed[0].name} failed to start: vLLM {failed[0].failure}; its log is {failed[0].log_path}"
                 )
             healthy = [r for r in records if r.state == "healthy"]
-            if len(healthy) >= cfg.replicas and not thread.is_alive():
+            if len(healthy) >= cfg.replicas and code == 0:
                 return
             states = ", ".join(f"{r.name} {r.state}" for r in records) or "none placed yet"
             self._progress(
@@ -360,13 +377,7 @@ class LocalEnvironment:
     # -- clients ----------------------------------------------------------------------------
     def connect_ray(self) -> None:
         """Make this process a driver of the environment's cluster (once per process)."""
-        import ray
-
-        state = self.load_state()
-        use_ray_auth(state)
-        if ray.is_initialized():
-            return
-        ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
+        connect_driver(self.load_state())
 
     def ray_nodes(self) -> list[NodeStatus]:
         """Ray's view of the nodes, DEAD ones included."""
