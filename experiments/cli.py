@@ -18,6 +18,8 @@ from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from environments.local.model import TinyModelSpec, ensure_model
 from experiments.env_config import AllowList, load_env_config
+from experiments.load import LOAD_PROFILES, load_probe_factory
+from experiments.probes import build_probes
 from experiments.progress import Progress
 from experiments.runner import RunOptions, check_environment, run_experiment
 from experiments.spec import load_and_validate
@@ -195,18 +197,33 @@ def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
 
 
 def _run_one(
-    path: Path, env: LocalEnvironment, out: Path, interval: float, dry_run: bool, allow: AllowList | None = None
+    path: Path,
+    env: LocalEnvironment,
+    out: Path,
+    interval: float,
+    dry_run: bool,
+    allow: AllowList | None = None,
+    load: str | None = None,
 ) -> int:
     spec = load_and_validate(path)
-    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow)
+    # Named here, so that Locust's CSVs (with --load) land in the run folder too.
+    run_dir = out / f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.name}"
+    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir)
+    factory = load_probe_factory(load, csv_dir=run_dir / "load") if load else build_probes
     with Progress() as progress:
         runner_progress = progress if not dry_run else None
-        verdict = run_experiment(spec, env, options, runner_progress)
+        verdict = run_experiment(spec, env, options, runner_progress, probe_factory=factory)
     if verdict is None:
         return 0
-    run_dirs = sorted(out.glob(f"*-{spec.name}"))
-    _print_verdict(verdict, run_dirs[-1] if run_dirs else out)
+    _print_verdict(verdict, run_dir)
     return verdict.exit_code if str(verdict.status) != "aborted" or "interrupted" not in verdict.reason else EXIT_INTERRUPTED
+
+
+LOAD_OPTION = click.option(
+    "--load", "load", type=click.Choice(LOAD_PROFILES), default=None,
+    help="Run Locust (experiments/locustfile.py) with this load shape from before the baseline to the "
+         "end of the recovery window, through the front door; sampled as load.* probes.",
+)  # fmt: skip
 
 
 @cli.command("run")
@@ -219,7 +236,9 @@ def _run_one(
               help="Where the run folder is written.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25).")
 @click.option("--dry-run", is_flag=True, help="Validate, print the plan and what would be touched; touch nothing.")
-def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: Path, interval: float, dry_run: bool) -> None:
+@LOAD_OPTION
+def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: Path, interval: float, dry_run: bool,
+            load: str | None) -> None:
     """Run one experiment: baseline, inject, sample, always revert, measure recovery, judge.
 
     Writes journal.json, timeline.csv, verdict.json (and the reports) into a run folder.
@@ -237,7 +256,7 @@ def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: 
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
     if interval < 0.25:
         raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
-    sys.exit(_run_one(experiment, _open_env(env_name), out_dir, interval, dry_run, allow))
+    sys.exit(_run_one(experiment, _open_env(env_name), out_dir, interval, dry_run, allow, load))
 
 
 @cli.command("gameday")
@@ -247,7 +266,8 @@ def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: 
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Reports folder: one run folder per scenario plus index.html.")
 @click.option("--keep-up", is_flag=True, help="Leave the environment running afterwards.")
-def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, **knobs: int) -> None:
+@LOAD_OPTION
+def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, load: str | None, **knobs: int) -> None:
     """Bring the environment up once, run the suite in sequence, and write an index of the runs.
 
     The exit code is the worst of the runs. An environment that was already up is reused and
@@ -266,7 +286,7 @@ def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, **knobs: in
         for spec in specs:
             console.rule(f"{spec.name}: {spec.title}")
             try:
-                code = _run_one(spec.path, environment, day, 1.0, False)
+                code = _run_one(spec.path, environment, day, 1.0, False, load=load)
             except InferchaosError as e:
                 click.echo(f"inferchaos: {spec.name}: {e}", err=True)
                 code = e.exit_code

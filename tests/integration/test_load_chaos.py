@@ -1,0 +1,163 @@
+"""Locust load during a chaos run, on the real local environment (`inferchaos run --load`).
+
+The load's TTFT, read back from Locust as ``load.ttft_p95_s``, must rise while the KV cache
+is flooded and come back after the revert; and the Locust process group must be gone when
+the runner ends, whether it finished, was interrupted, or was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from environments.local.env import LocalEnvironment
+from faults.ledger import Ledger
+from steady_state.timeline import Mark, Timeline, read_timeline
+
+pytestmark = pytest.mark.integration
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+RUN_BOUND_S = 600.0
+
+
+def _runner(home: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", "run", str(EXPERIMENTS / "kv_flood.yaml"),
+         "--load", "steady", "--out", str(out), *extra],
+        env={**os.environ, "INFERCHAOS_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _locust_processes(home: Path) -> list[psutil.Process]:
+    """Live Locust processes started under this session's INFERCHAOS_HOME."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if (
+            "locust" not in " ".join(proc.info["cmdline"] or [])
+            or proc.info["status"] == psutil.STATUS_ZOMBIE
+        ):
+            continue
+        try:
+            if proc.environ().get("INFERCHAOS_HOME") == str(home):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} within {timeout_s:g} s")
+        time.sleep(0.5)
+
+
+def _run_dir(out: Path) -> Path | None:
+    found = sorted(out.glob("*-kv_flood"))
+    return found[-1] if found else None
+
+
+def _timeline_has(out: Path, probe: str, minimum: float = 0.0) -> bool:
+    run_dir = _run_dir(out)
+    if run_dir is None or not (run_dir / "timeline.csv").exists():
+        return False
+    # The runner is still writing: a partial last line is skipped by read_timeline.
+    timeline = read_timeline(run_dir / "timeline.csv")
+    if probe.startswith("phase."):
+        return probe.removeprefix("phase.") in timeline.marks
+    return any(r.value > minimum for r in timeline.select(probe))
+
+
+def _values(timeline: Timeline, probe: str, start: float, end: float) -> list[float]:
+    return [r.value for r in timeline.select(probe, start=start, end=end, include_end=True)]
+
+
+def test_load_ttft_rises_during_the_flood_and_recovers(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    runner = _runner(integration_home, tmp_path)
+    try:
+        output, _ = runner.communicate(timeout=RUN_BOUND_S)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGINT)
+            runner.wait(timeout=120)
+    run_dir = _run_dir(tmp_path)
+    assert run_dir is not None, output[-3000:]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    print(f"kv_flood with load: {verdict['status']} — {verdict['reason']}")
+    assert runner.returncode in (0, 1), output[-3000:]
+    assert verdict["fault"] is not None, verdict["reason"]
+
+    timeline = read_timeline(run_dir / "timeline.csv")
+    marks = timeline.marks
+    baseline = _values(timeline, "load.ttft_p95_s", marks[Mark.BASELINE_START], marks[Mark.INJECTED])
+    during = _values(timeline, "load.ttft_p95_s", marks[Mark.INJECTED], marks[Mark.REVERTED])
+    recovery = _values(timeline, "load.ttft_p95_s", marks[Mark.REVERTED], marks[Mark.END])
+    print(f"load.ttft_p95_s baseline {baseline}\nduring {during}\nrecovery {recovery}")
+    assert len(baseline) >= 3 and len(during) >= 3 and len(recovery) >= 3
+    assert max(_values(timeline, "load.rps", marks[Mark.BASELINE_START], marks[Mark.END])) > 0
+    calm = statistics.median(baseline)
+    assert max(during) >= 2 * calm, "the flood should slow the load's first tokens down"
+    assert min(recovery[-5:]) <= max(1.5 * max(baseline), calm + 0.1), "the load's TTFT should come back"
+
+    assert (run_dir / "load" / "locust_stats_history.csv").exists(), "Locust's CSVs belong to the run folder"
+    assert _locust_processes(integration_home) == []
+    assert Ledger(integration_home / "ledger").is_empty()
+
+
+def test_sigint_to_the_runner_during_the_fault_stops_locust(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    runner = _runner(integration_home, tmp_path)
+    try:
+        _wait_for(lambda: _timeline_has(tmp_path, "load.rps"), "no load was sampled", 180)
+        assert _locust_processes(integration_home), "Locust runs beside the runner"
+        _wait_for(lambda: _timeline_has(tmp_path, "phase.injected"), "the flood was not injected", 120)
+        time.sleep(3.0)  # let the flood bite, so the interrupt lands mid-fault
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=180)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait(timeout=30)
+    assert runner.returncode == 130, output[-3000:]
+    run_dir = _run_dir(tmp_path)
+    assert run_dir is not None
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["status"] == "aborted" and "interrupted" in verdict["reason"]
+    assert _locust_processes(integration_home) == []
+    assert Ledger(integration_home / "ledger").is_empty(), "the flood was rolled back"
+
+
+def test_locust_ends_itself_when_the_runner_is_killed(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    runner = _runner(integration_home, tmp_path)
+    try:
+        _wait_for(lambda: _timeline_has(tmp_path, "load.users"), "no load was sampled", 180)
+        assert _locust_processes(integration_home)
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait(timeout=30)
+        # The kill may land after the flood began; the ledger knows what to revert.
+        cleanup = subprocess.run([sys.executable, "-m", "experiments.cli", "cleanup"], capture_output=True, text=True,
+                                 env={**os.environ, "INFERCHAOS_HOME": str(integration_home)}, timeout=120)  # fmt: skip
+        assert cleanup.returncode == 0, cleanup.stderr
+    # Locust leads its own process group, so the kill missed it; it watches the runner's pid.
+    _wait_for(lambda: _locust_processes(integration_home) == [], "Locust outlived its runner", 15)

@@ -1,0 +1,72 @@
+"""Fixtures of the load tests: fake OpenAI servers and headless Locust runs against them.
+
+The Locust runs that several tests read are started together, once per session, and all of
+them have ended (bounded) before any test reads them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_chaos_child import RECORD_ENV
+from load_fakes import FakeBehaviour, FakeOpenAIServer
+from load_helpers import CHAOS_AT_S, CHAOS_RUN_TIME_S, FAKE_CHILD, FLAKY_MODEL, Runs, start_locust
+
+# The runner's own fakes (environment, probes, fault) drive the real Runner in test_load_runner.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
+
+
+@pytest.fixture(scope="session")
+def good_server() -> Iterator[FakeOpenAIServer]:
+    """Streams 5 chunks: the first after 50 ms, the others 20 ms apart."""
+    server = FakeOpenAIServer(FakeBehaviour(chunks=5, first_delay_s=0.05, delay_s=0.02)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def flaky_server() -> Iterator[FakeOpenAIServer]:
+    """Like the good server, but every 3rd completion answers HTTP 500 and every 4th (not 3rd) breaks off."""
+    server = FakeOpenAIServer(
+        FakeBehaviour(chunks=5, first_delay_s=0.05, delay_s=0.02, fail_every=3, break_every=4)
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory, good_server: FakeOpenAIServer,
+         flaky_server: FakeOpenAIServer) -> Runs:  # fmt: skip
+    """Four Locust runs, started at once and all ended before any test reads them."""
+    base = tmp_path_factory.mktemp("locust-runs")
+    experiment = base / "fake.yaml"
+    experiment.write_text("title: a fake scenario the fake chaos child never reads\n")
+    record, chaos_out = base / "chaos-record.json", base / "chaos-out"
+    chaos_args = [*f"-u 1 -t {CHAOS_RUN_TIME_S}s --chaos-at {CHAOS_AT_S:g}".split(), "--chaos", str(experiment),
+                  "--chaos-out", str(chaos_out), "--chaos-command", f"{sys.executable} {FAKE_CHILD}"]  # fmt: skip
+    started = Runs(
+        steady=start_locust(
+            good_server.url, base / "steady", *"--load-profile steady -u 4 -r 4 -t 6s".split()
+        ),
+        flaky=start_locust(
+            flaky_server.url,
+            base / "flaky",
+            *"-u 2 -r 2 -t 6s --ignore-eos --no-think-time --model".split(),
+            FLAKY_MODEL,
+        ),
+        spike=start_locust(
+            good_server.url,
+            base / "spike",
+            *"--load-profile spike -u 1 --spike-users 3 --spike-at 1.5 --spike-seconds 2.5 -t 6s".split(),
+        ),
+        chaos=start_locust(good_server.url, base / "chaos", *chaos_args, env={RECORD_ENV: str(record)}),
+        chaos_record=record,
+        chaos_out=chaos_out,
+        chaos_experiment=experiment,
+    )
+    for run in (started.steady, started.flaky, started.spike, started.chaos):
+        run.wait()
+    return started
