@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import httpx
 import pytest
+from env_checks import free_gpus, healthy_replica_names
 
 from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from faults.ledger import Ledger
+from faults.params import wait_until
 from faults.ray.actors import LEAK_NAMESPACE, LeakActors
 from faults.ray.node import KillNode
 from faults.ray.placement import StallPlacementGroup
@@ -19,30 +20,10 @@ from steady_state.openai_stream import stream_completion
 pytestmark = pytest.mark.integration
 
 
-def _wait(check, timeout_s: float, interval_s: float = 0.5) -> float | None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return time.time()
-        time.sleep(interval_s)
-    return None
 
 
-def _free_gpus(env: LocalEnvironment) -> float:
-    import ray
-
-    env.connect_ray()
-    return ray.available_resources().get("GPU", 0.0)
 
 
-def _all_replicas_healthy(env: LocalEnvironment, count: int) -> bool:
-    records = [r for r in env.replica_records() if r.state == "healthy"]
-    if len(records) < count:
-        return False
-    try:
-        return all(httpx.get(f"{r.url}/health", timeout=2).status_code == 200 for r in records)
-    except httpx.HTTPError:
-        return False
 
 
 def test_leak_actors_exhausts_gpus_then_revert_kills_exactly_its_actors(
@@ -52,7 +33,7 @@ def test_leak_actors_exhausts_gpus_then_revert_kills_exactly_its_actors(
 
     ledger = Ledger(tmp_path / "ledger")
     fault = LeakActors()
-    free_before = _free_gpus(local_env)
+    free_before = free_gpus(local_env)
     handle = fault.inject(local_env, {"rate_per_s": 4.0}, ledger)
     evidence = fault.evidence(local_env, handle)
     print("leak evidence:", evidence)
@@ -67,12 +48,12 @@ def test_leak_actors_exhausts_gpus_then_revert_kills_exactly_its_actors(
     ran_at = fault.probe_task_ran(handle, timeout_s=30)
     assert ran_at is not None, "the GPU task must run once the leak is reverted"
     print(f"leak recovery: GPU task ran {ran_at - reverted:.2f} s after revert")
-    assert _wait(lambda: _free_gpus(local_env) == free_before, 20)
+    assert wait_until(lambda: free_gpus(local_env) == free_before, 20)
     leftover = [a for a in list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)]) if a.state != "DEAD"]
     assert leftover == []
     assert ledger.is_empty()
     fault.revert(local_env, handle, ledger)  # idempotent
-    assert _all_replicas_healthy(local_env, 2)
+    assert len(healthy_replica_names(local_env)) >= 2
 
 
 @pytest.mark.parametrize("mode", ["strict_spread", "strict_pack", "hog"])
@@ -83,7 +64,7 @@ def test_placement_group_stall_pends_while_gpus_idle_and_revert_removes_it(
 
     ledger = Ledger(tmp_path / "ledger")
     fault = StallPlacementGroup()
-    free_before = _free_gpus(local_env)
+    free_before = free_gpus(local_env)
     handle = fault.inject(local_env, {"mode": mode, "pending_threshold_s": 3.0}, ledger)
     time.sleep(3.5)  # the stall is defined by its duration: PENDING for longer than the threshold
     evidence = fault.evidence(local_env, handle)
@@ -99,7 +80,7 @@ def test_placement_group_stall_pends_while_gpus_idle_and_revert_removes_it(
     fault.revert(local_env, handle, ledger)  # idempotent
     table = ray.util.placement_group_table()
     assert table.get(handle.state["pg_id"], {"state": "REMOVED"})["state"] == "REMOVED"
-    recovered = _wait(lambda: _free_gpus(local_env) == free_before, 20)
+    recovered = wait_until(lambda: free_gpus(local_env) == free_before, 20)
     assert recovered is not None
     print(f"pg {mode} recovery: free GPUs back {recovered - handle.reverted_at:.2f} s after revert")
     assert ledger.is_empty()
@@ -129,7 +110,7 @@ def test_kill_node_marks_dead_keeps_serving_and_replica_returns(
     assert {r.replica for r in served if r.ok} == {"replica-0"}
 
     fault.revert(local_env, handle, ledger)
-    healthy_at = _wait(lambda: _all_replicas_healthy(local_env, env_config.replicas), 240, 1.0)
+    healthy_at = wait_until(lambda: len(healthy_replica_names(local_env)) >= env_config.replicas, 240, 1.0)
     assert healthy_at is not None, "the lost replica must come back on the replacement node"
     after = fault.evidence(local_env, handle)
     print("node loss evidence after revert:", after)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from env_checks import healthy_replica_names  # noqa: E402
 
 from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from faults.ledger import Ledger
+from faults.params import wait_until
 from faults.vllm.engine import KillEngine
 from faults.vllm.flood import FloodKvCache
 from steady_state.openai_stream import stream_completion
@@ -19,24 +20,6 @@ from steady_state.vllm import parse_metrics
 pytestmark = pytest.mark.integration
 
 
-def _healthy_replicas(env: LocalEnvironment) -> set[str]:
-    healthy = set()
-    for record in env.replica_records():
-        try:
-            if record.state == "healthy" and httpx.get(f"{record.url}/health", timeout=2).status_code == 200:
-                healthy.add(record.name)
-        except httpx.HTTPError:
-            continue
-    return healthy
-
-
-def _wait(check, timeout_s: float, interval_s: float = 0.5) -> float | None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return time.time()
-        time.sleep(interval_s)
-    return None
 
 
 def test_kv_flood_saturates_the_cache_and_the_queue_drains_after_revert(
@@ -89,14 +72,14 @@ def test_kill_engine_makes_replica_unhealthy_front_door_serves_and_replica_retur
         tail = results[-5:]
         return len(tail) == 5 and all(r.ok and r.replica == "replica-1" for r in tail)
 
-    settled = _wait(five_in_a_row_from_survivor, 60, 0.2)
+    settled = wait_until(five_in_a_row_from_survivor, 60, 0.2)
     availability = sum(r.ok for r in results) / len(results)
     print(f"front door during engine death: {availability:.2f} of {len(results)} requests ok; "
           f"only the survivor serves {settled - handle.injected_at if settled else float('nan'):.1f} s after the kill")
     assert settled is not None, "the front door must serve from the surviving replica"
 
     fault.revert(local_env, handle, ledger)
-    back = _wait(lambda: _healthy_replicas(local_env) == {"replica-0", "replica-1"}, 240, 1.0)
+    back = wait_until(lambda: healthy_replica_names(local_env) == {"replica-0", "replica-1"}, 240, 1.0)
     assert back is not None, "replica-0 must be healthy again"
     after = fault.evidence(local_env, handle)
     print("engine death evidence after revert:", after)
