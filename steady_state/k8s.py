@@ -5,6 +5,9 @@
 - ``k8s.nodes_ready``, ``k8s.nodes_schedulable`` (Ready and not cordoned)
 - ``k8s.deployment_ready_replicas{deployment}``, ``k8s.deployment_available_replicas{deployment}``
 - ``k8s.pods_pending{namespace}``, ``k8s.pod_restarts{pod}``
+- ``k8s.pods_unschedulable{namespace,reason}``: Pending Pods no node would take, counted per
+  scheduler message (``0/4 nodes are available: 3 Insufficient nvidia.com/gpu``), so triage
+  can quote the reason
 - ``k8s.raycluster_ready_workers{raycluster}``, ``k8s.raycluster_desired_workers{raycluster}``,
   ``k8s.raycluster_provisioned{raycluster}``, ``k8s.raycluster_head_ready{raycluster}`` (1 or 0,
   from the KubeRay ``ray.io/v1`` conditions); none when KubeRay is not installed.
@@ -282,12 +285,24 @@ class K8sProbe:
         pods = CoreV1Api(self.api_client).list_namespaced_pod(self.namespace).items
         pending = sum(1 for p in pods if p.status and p.status.phase == "Pending")
         samples = [Sample("k8s.pods_pending", float(pending), {"namespace": self.namespace})]
+        samples += self._unschedulable() if pending else []
         for pod in pods:
             restarts = sum(
                 s.restart_count for s in (pod.status.container_statuses if pod.status else None) or []
             )
             samples.append(Sample("k8s.pod_restarts", float(restarts), {"pod": pod.metadata.name}))
         return samples
+
+    def _unschedulable(self) -> list[Sample]:
+        """Unbound Pending Pods per scheduler message; the preemption tail is dropped."""
+        by_reason: dict[str, int] = {}
+        for waiting in pending_pod_reasons(self.api_client, self.namespace):
+            reason = scheduler_reason(waiting.message)
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+        return [
+            Sample("k8s.pods_unschedulable", float(count), {"namespace": self.namespace, "reason": reason})
+            for reason, count in sorted(by_reason.items())
+        ]
 
     def _rayclusters(self) -> list[Sample]:
         try:
@@ -312,6 +327,16 @@ class K8sProbe:
                 Sample("k8s.raycluster_head_ready", _flag(conditions, "HeadPodReady"), labels),
             ]
         return samples
+
+
+def scheduler_reason(message: str) -> str:
+    """The part of a FailedScheduling message that says why (``0/4 nodes are available: ...``).
+
+    The preemption tail repeats the node count and says nothing about the cause; ``;`` is
+    replaced because it separates labels in the timeline.
+    """
+    head = message.strip().split(" preemption:", 1)[0].strip().rstrip(".")
+    return head.replace(";", ",") or "no scheduling message yet"
 
 
 def _condition_true(conditions: list[Any] | None, kind: str) -> bool:

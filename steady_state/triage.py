@@ -81,8 +81,11 @@ RULES: tuple[Rule, ...] = (
          "{value:g} Ray task(s) pending node assignment"),
     Rule(Layer.RAY, "ray.actors_alive", C.GROWING, 0.05, "alive Ray actors ({labels}) growing at {value:.3g}/s"),
     # Kubernetes (macro): Pods that cannot be placed, nodes leaving.
-    Rule(Layer.K8S, "k8s.pods_pending", C.ABOVE, 0, "{value:g} Pod(s) Pending ({labels})"),
+    # The scheduler's own reason comes first: it names the obstacle (GPUs, taint, anti-affinity).
+    Rule(Layer.K8S, "k8s.pods_unschedulable", C.ABOVE, 0, "{value:g} Pod(s) Pending, unschedulable ({labels})"),
     Rule(Layer.K8S, "k8s.nodes_ready", C.FALLING, 0, "Ready Kubernetes nodes dropped by {value:g}"),
+    Rule(Layer.K8S, "k8s.nodes_schedulable", C.FALLING, 0, "schedulable Kubernetes nodes dropped by {value:g}"),
+    Rule(Layer.K8S, "k8s.pods_pending", C.ABOVE, 0, "{value:g} Pod(s) Pending ({labels})"),
 )  # fmt: skip
 
 LEVEL_CONDITIONS = frozenset({C.AT_LEAST, C.ABOVE, C.BELOW, C.EQUALS})
