@@ -156,12 +156,16 @@ def squat_gpu_ledger(
     gpus_per_node: int | None = None,
     resource: str = gpu_ledger.GPU,
     image: str = gpu_ledger.PAUSE_IMAGE,
+    canary: bool = False,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
-    """Hold the free GPUs of the allowed nodes with idle pause Pods in ``namespace``."""
+    """Hold the free GPUs of the allowed nodes with idle pause Pods in ``namespace``.
+
+    With ``canary``, one more pause Pod asks for a GPU anywhere: it stays Pending while the squat holds.
+    """
     params = {"namespace": namespace, "nodes": nodes, "gpus_per_node": gpus_per_node, "resource": resource,
-              "image": image}  # fmt: skip
+              "image": image, "canary": canary}  # fmt: skip
     return _inject(gpu_ledger.SquatGpuLedger.name, params, configuration, secrets)
 
 

@@ -5,6 +5,8 @@ can be full while the cards idle. These faults make the books lie:
 
 - ``k8s.squat_gpu_ledger``: a pause Pod per node requests the free ``nvidia.com/gpu`` and does
   nothing; the next Pod that needs a GPU goes Pending with ``Insufficient nvidia.com/gpu``.
+  With ``canary`` the fault also asks for that next GPU itself (one more pause Pod, unpinned),
+  so the experiment shows the refusal without waiting for a rollout to need a card.
 - ``k8s.taint_gpu_nodes``: taint the GPU nodes; new Pods without a toleration go Pending with
   ``untolerated taint``.
 - ``k8s.force_anti_affinity_deadlock``: give a Deployment a required podAntiAffinity on
@@ -61,13 +63,17 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 @dataclass
 class SquatParams:
-    """Where to squat: a namespace for the squatters, which nodes, how many GPUs on each."""
+    """Where to squat: a namespace for the squatters, which nodes, how many GPUs on each.
+
+    ``canary``: also create a scheduling canary, a pause Pod asking for one GPU on any node.
+    """
 
     namespace: str
     nodes: list[str] | None = None
     gpus_per_node: int | None = None
     resource: str = GPU
     image: str = PAUSE_IMAGE
+    canary: bool = False
 
     def __post_init__(self) -> None:
         if not self.namespace:
@@ -198,18 +204,31 @@ class SquatGpuLedger(K8sFault[SquatParams]):
         description = f"create idle pause Pod(s) in {params.namespace} holding {params.resource}: {held}"
         if full:
             description += f"; already full: {', '.join(full)}"
-        return Planned(description, [f"pod/{params.namespace}/{s['name']}" for s in squats], {"pods": squats})
+        targets = [f"pod/{params.namespace}/{s['name']}" for s in squats]
+        state: dict[str, Any] = {"pods": squats}
+        if params.canary:
+            state["canary"] = f"inferchaos-squat-canary-{suffix}"
+            targets.append(f"pod/{params.namespace}/{state['canary']}")
+            description += f"; then a canary Pod asks for 1 {params.resource}"
+        return Planned(description, targets, state)
 
     def _act(self, target: K8sTarget, params: SquatParams, handle: FaultHandle) -> None:
         for squat in handle.state["pods"]:
             pod = _squatter(squat["name"], params, squat["node"], squat["gpus"], handle.id)
             with api_errors(f"create squatter pod {params.namespace}/{squat['name']}"):
                 target.core.create_namespaced_pod(params.namespace, pod)
+        if handle.state.get("canary"):
+            canary = _squatter(handle.state["canary"], params, None, 1, handle.id)
+            with api_errors(f"create canary pod {params.namespace}/{handle.state['canary']}"):
+                target.core.create_namespaced_pod(params.namespace, canary)
 
     def _undo(self, target: K8sTarget, params: SquatParams, handle: FaultHandle) -> None:
-        for squat in handle.state["pods"]:
-            with api_errors(f"delete squatter pod {params.namespace}/{squat['name']}", tolerate=(404,)):
-                target.core.delete_namespaced_pod(squat["name"], params.namespace, grace_period_seconds=0)
+        names = [s["name"] for s in handle.state["pods"]]
+        if handle.state.get("canary"):
+            names.append(handle.state["canary"])
+        for name in names:
+            with api_errors(f"delete squatter pod {params.namespace}/{name}", tolerate=(404,)):
+                target.core.delete_namespaced_pod(name, params.namespace, grace_period_seconds=0)
 
     def _evidence(self, target: K8sTarget, params: SquatParams, handle: FaultHandle) -> Evidence:
         holding: dict[str, int] = {}
@@ -237,10 +256,28 @@ class SquatGpuLedger(K8sFault[SquatParams]):
         return Evidence(all_held and bool(waiting), reason, symptoms, timestamps(handle))
 
 
-def _squatter(name: str, params: SquatParams, node: str, gpus: int, fault_id: str) -> V1Pod:
-    """A pause Pod pinned to ``node`` that declares ``gpus`` and never touches them."""
+def _squatter(name: str, params: SquatParams, node: str | None, gpus: int, fault_id: str) -> V1Pod:
+    """A pause Pod pinned to ``node`` (anywhere when None) that declares ``gpus`` and never touches them."""
     # requests == limits: Guaranteed QoS, and extended resources must not overcommit anyway.
     amounts = {params.resource: str(gpus), "cpu": "10m", "memory": "16Mi"}
+    # matchFields on metadata.name pins by node name, as the DaemonSet controller does.
+    pin = (
+        V1Affinity(
+            node_affinity=V1NodeAffinity(
+                required_during_scheduling_ignored_during_execution=V1NodeSelector(
+                    node_selector_terms=[
+                        V1NodeSelectorTerm(
+                            match_fields=[
+                                V1NodeSelectorRequirement(key="metadata.name", operator="In", values=[node])
+                            ]
+                        )
+                    ]
+                )
+            )
+        )
+        if node is not None
+        else None
+    )
     return V1Pod(
         api_version="v1",
         kind="Pod",
@@ -251,22 +288,7 @@ def _squatter(name: str, params: SquatParams, node: str, gpus: int, fault_id: st
             annotations={"inferchaos.io/purpose": "holds GPUs in the scheduler's ledger while idle"},
         ),
         spec=V1PodSpec(
-            # matchFields on metadata.name pins by node name, as the DaemonSet controller does.
-            affinity=V1Affinity(
-                node_affinity=V1NodeAffinity(
-                    required_during_scheduling_ignored_during_execution=V1NodeSelector(
-                        node_selector_terms=[
-                            V1NodeSelectorTerm(
-                                match_fields=[
-                                    V1NodeSelectorRequirement(
-                                        key="metadata.name", operator="In", values=[node]
-                                    )
-                                ]
-                            )
-                        ]
-                    )
-                )
-            ),
+            affinity=pin,
             tolerations=[V1Toleration(key=params.resource, operator="Exists", effect="NoSchedule")],
             containers=[
                 V1Container(

@@ -1,0 +1,47 @@
+"""Chaos Toolkit probes for the Kubernetes experiments, read as facts.
+
+A plain ``chaos run`` of ``experiments/k8s_node_loss.yaml`` and its siblings uses these for its
+steady-state hypothesis and to record whether the fault bit; the inferchaos runner samples
+:mod:`steady_state.k8s` instead and ignores them. ``configuration`` is described in
+:mod:`faults.k8s.configuration`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from faults.k8s.api import api_errors
+from faults.k8s.configuration import env_from_configuration, ledger_from_configuration
+from faults.registry import get_fault
+
+Configuration = dict[str, Any] | None
+Secrets = dict[str, Any] | None
+
+
+def deployment_must_be_ready(
+    namespace: str, deployment: str, configuration: Configuration = None, secrets: Secrets = None
+) -> bool:
+    """True when every wanted replica of ``deployment`` is ready."""
+    env = env_from_configuration(configuration, secrets)
+    try:
+        with api_errors(f"read deployment {namespace}/{deployment}"):
+            found = env.k8s.apps.read_namespaced_deployment(deployment, namespace)
+    finally:
+        env.k8s.api_client.close()
+    return (found.status.ready_replicas or 0) >= (found.spec.replicas or 0)
+
+
+def fault_effect(fault: str, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+    """Evidence of every live ledger entry of ``k8s.<fault>``: did it bite, and how."""
+    env = env_from_configuration(configuration, secrets)
+    implementation = get_fault(f"k8s.{fault}")
+    try:
+        evidence = [
+            asdict(implementation.evidence(env, handle))
+            for handle in ledger_from_configuration(configuration).entries()
+            if handle.fault == implementation.name
+        ]
+    finally:
+        env.k8s.api_client.close()
+    return {"effect_observed": bool(evidence) and all(e["bit"] for e in evidence), "evidence": evidence}
