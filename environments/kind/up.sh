@@ -5,7 +5,8 @@
 #   3. give each worker fake nvidia.com/gpu through the node status subresource;
 #   4. build the vLLM CPU image unless it exists, and load it onto the workers;
 #   5. install the KubeRay operator with helm;
-#   6. deploy the RayCluster and the vLLM replicas (requests == limits, one per node, a Service).
+#   6. deploy the RayCluster and the vLLM replicas (requests == limits, one per node, a Service);
+#   7. publish the front door and the Ray head on the host, route the Pod networks (kind.yaml).
 # Needs: kind, kubectl, helm, docker, envsubst, openssl, and the project venv (`make venv`).
 set -euo pipefail
 
@@ -64,13 +65,21 @@ kc apply -f "$here/manifests/namespace.yaml"
 kc -n "$NAMESPACE" get secret ray-auth-token >/dev/null 2>&1 ||
   kc -n "$NAMESPACE" create secret generic ray-auth-token --from-literal=token="$(openssl rand -hex 32)"
 export VLLM_IMAGE RAY_IMAGE MODEL_NAME
-for manifest in raycluster.yaml vllm.yaml; do
+for manifest in raycluster.yaml ray-nodeports.yaml vllm.yaml; do
   envsubst '${VLLM_IMAGE} ${RAY_IMAGE} ${MODEL_NAME}' <"$here/manifests/$manifest" | kc apply -f -
 done
 
 echo "== waiting for the replicas"
 kc -n "$NAMESPACE" rollout status deployment/vllm --timeout=15m
 kc -n "$NAMESPACE" wait raycluster/raycluster-inferchaos --for=condition=RayClusterProvisioned --timeout=10m
+echo "== routes to the Pod networks (each replica's own URL from the host)"
+# kind's node containers sit on a docker bridge the host can reach; their Pod CIDRs cannot be,
+# until each gets a route via its node. Without root the per-replica probes cannot connect.
+while read -r cidr ip; do
+  if [[ $(id -u) -eq 0 ]]; then ip route replace "$cidr" via "$ip"
+  elif sudo -n true 2>/dev/null; then sudo ip route replace "$cidr" via "$ip"
+  else echo "up.sh: no root: cannot route $cidr via $ip; per-replica probes will not connect" >&2; fi
+done < <(kc get nodes -o jsonpath='{range .items[*]}{.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
 kc get nodes -o custom-columns='NODE:.metadata.name,GPUS:.status.allocatable.nvidia\.com/gpu'
 kc -n "$NAMESPACE" get pods -o wide
 echo "kind environment up: context $CONTEXT, namespace $NAMESPACE, model $MODEL_NAME"

@@ -1,0 +1,51 @@
+"""Run the kind environment's shell scripts (``up.sh``, ``down.sh``) from Python.
+
+The scripts are the source of truth for what the kind environment is; the driver only runs
+them with this interpreter's venv, passes their output on, and turns a failure into an
+EnvironmentStartError (exit code 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from inferchaos.errors import EnvironmentStartError
+
+logger = logging.getLogger(__name__)
+
+KIND_DIR = Path(__file__).resolve().parent
+SCRIPTS = ("up.sh", "down.sh")
+
+
+def run_kind_script(script: str, progress: Callable[[str], None], timeout_s: float = 3600.0) -> None:
+    """Run ``environments/kind/<script>`` to its end, each output line passed to ``progress``."""
+    if script not in SCRIPTS:
+        raise ValueError(f"unknown kind script {script!r}")
+    path = KIND_DIR / script
+    # up.sh calls the venv's `inferchaos model` and python: the venv this process runs in.
+    env = {**os.environ, "VENV": sys.prefix}
+    try:
+        proc = subprocess.Popen(
+            ["bash", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+    except OSError as e:
+        raise EnvironmentStartError(f"could not run {path}: {e}") from e
+    assert proc.stdout is not None
+    last = ""
+    try:
+        for line in proc.stdout:
+            last = line.rstrip() or last
+            progress(last)
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        proc.kill()
+        proc.wait()
+        raise EnvironmentStartError(f"{path} did not finish within {timeout_s:g} s") from e
+    if code != 0:
+        raise EnvironmentStartError(f"{path} failed (exit {code}): {last}")
+    logger.info("%s finished", path)
