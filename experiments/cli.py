@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from environments.base import EnvStatus
+from environments.k8s_config import K8S_ENVS, load_k8s_env_config
+from environments.k8s_env import K8sEnvironment
 from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from environments.local.model import TinyModelSpec, ensure_model
@@ -27,12 +29,16 @@ from experiments.suites import SUITES, suite_paths
 from experiments.verdict import EXIT_INTERRUPTED, Verdict
 from faults.ledger import Ledger
 from faults.registry import get_fault
-from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
+from inferchaos.errors import ConfigError, InferchaosError
 
 logger = logging.getLogger(__name__)
 console = Console()
 
-ENV_CHOICES = click.Choice(["local"])
+ENV_CHOICES = click.Choice(["local", *K8S_ENVS])
+CONFIG_OPTION = click.option(
+    "--config", "config_file", type=click.Path(path_type=Path), default=None,
+    help="kind/cluster: the environment config with its allow-list (environments/cluster.example.yaml).",
+)  # fmt: skip
 OWN_LOGGERS = ("inferchaos", "experiments", "environments", "faults", "steady_state", "reports")
 
 
@@ -134,12 +140,19 @@ def env() -> None:
 
 @env.command("up")
 @_env_options
-def env_up(env_name: str, **knobs: int) -> None:
+@CONFIG_OPTION
+def env_up(env_name: str, config_file: Path | None, **knobs: int) -> None:
     """Start the environment and wait until every replica and the front door answer.
 
     Needs about 2 GB of memory per replica and 1-2 minutes on 2 cores. If a replica does
     not become healthy, everything started is torn down again and the command exits 2.
+    kind runs environments/kind/up.sh; cluster only checks that every layer answers.
     """
+    if env_name in K8S_ENVS:
+        with Progress() as progress:
+            status = _k8s_env(env_name, config_file, progress).up()
+        _print_status(status)
+        return
     config = _build_config(**knobs)
     with Progress() as progress:
         status = LocalEnvironment(config, progress=progress).up()
@@ -148,10 +161,11 @@ def env_up(env_name: str, **knobs: int) -> None:
 
 @env.command("status")
 @click.option("--env", "env_name", type=ENV_CHOICES, default="local", show_default=True)
+@CONFIG_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def env_status(env_name: str, as_json: bool) -> None:
+def env_status(env_name: str, config_file: Path | None, as_json: bool) -> None:
     """Show Ray nodes, vLLM replicas, the front door and the model."""
-    status = LocalEnvironment().status()
+    status = _open_env(env_name, config_file).status()
     if as_json:
         click.echo(json.dumps(status.to_dict(), indent=2))
     else:
@@ -160,8 +174,17 @@ def env_status(env_name: str, as_json: bool) -> None:
 
 @env.command("down")
 @click.option("--env", "env_name", type=ENV_CHOICES, default="local", show_default=True)
-def env_down(env_name: str) -> None:
-    """Stop every process the environment started (by pid and process group) and remove its state."""
+@CONFIG_OPTION
+def env_down(env_name: str, config_file: Path | None) -> None:
+    """Stop every process the environment started (by pid and process group) and remove its state.
+
+    kind runs environments/kind/down.sh (deletes the kind cluster); a real cluster is never touched.
+    """
+    if env_name in K8S_ENVS:
+        with Progress() as progress:
+            _k8s_env(env_name, config_file, progress).down()
+        click.echo("kind environment down" if env_name == "kind" else "nothing to take down for a cluster")
+        return
     with Progress() as progress:
         ended = LocalEnvironment(progress=progress).down()
     click.echo(f"local environment down ({len(ended)} process(es) ended)" if ended else "no local environment was up")
@@ -175,13 +198,29 @@ def model_build(layers: int, hidden_size: int, max_model_len: int) -> None:
     click.echo(str(ensure_model(spec)))
 
 
-def _open_env(env_name: str) -> LocalEnvironment:
-    if env_name != "local":
-        raise EnvironmentError_(
-            f"the {env_name} environment needs an explicit allow-list (--config) and its driver; "
-            "this build runs experiments on the local environment only"
+def _k8s_env(env_name: str, config_file: Path | None, progress: Progress | None = None) -> K8sEnvironment:
+    """The kind or cluster environment its config describes; ConfigError without one."""
+    if config_file is None:
+        raise ConfigError(
+            f"--env {env_name} requires --config with an explicit allow-list; there is no default"
         )
+    return K8sEnvironment(load_k8s_env_config(config_file, env_name), progress=progress)
+
+
+def _open_env(env_name: str, config_file: Path | None = None) -> LocalEnvironment | K8sEnvironment:
+    if env_name in K8S_ENVS:
+        return _k8s_env(env_name, config_file)
     return LocalEnvironment()
+
+
+def _k8s_run_allow(environment: K8sEnvironment) -> AllowList:
+    """The runner's allow-list of a kind/cluster config: its Ray address, contexts and namespaces.
+
+    The Kubernetes faults check the full list (nodes too) themselves, in their plans.
+    """
+    allow = environment.config.allow
+    return AllowList(ray_addresses=(environment.config.ray.address,), kube_contexts=tuple(allow.contexts),
+                     namespaces=tuple(allow.namespaces), max_targets=allow.max_targets)  # fmt: skip
 
 
 def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
@@ -198,7 +237,7 @@ def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
 
 def _run_one(
     path: Path,
-    env: LocalEnvironment,
+    env: LocalEnvironment | K8sEnvironment,
     out: Path,
     interval: float,
     dry_run: bool,
@@ -248,15 +287,19 @@ def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: 
     """
     spec = load_and_validate(experiment)
     allow = None
-    if config_file is not None:
-        allow = load_env_config(config_file, env_name).allow
-    elif env_name in ("kind", "cluster"):
-        raise ConfigError(f"--env {env_name} requires --config with an explicit allow-list; there is no default")
+    environment: LocalEnvironment | K8sEnvironment
+    if env_name in K8S_ENVS:
+        environment = _k8s_env(env_name, config_file)
+        allow = _k8s_run_allow(environment)
+    else:
+        environment = LocalEnvironment()
+        if config_file is not None:
+            allow = load_env_config(config_file, env_name).allow
     if spec.env != env_name:
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
     if interval < 0.25:
         raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
-    sys.exit(_run_one(experiment, _open_env(env_name), out_dir, interval, dry_run, allow, load))
+    sys.exit(_run_one(experiment, environment, out_dir, interval, dry_run, allow, load))
 
 
 @cli.command("gameday")
@@ -273,6 +316,10 @@ def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, load: str |
     The exit code is the worst of the runs. An environment that was already up is reused and
     left up; one started here is taken down at the end unless --keep-up.
     """
+    if env_name != "local":
+        raise ConfigError(
+            f"gameday runs the local environment; on {env_name}, run each experiment with `inferchaos run`"
+        )
     config = _build_config(**knobs)
     paths = suite_paths(suite)
     specs = [load_and_validate(path) for path in paths]  # all valid before anything starts
@@ -329,7 +376,9 @@ def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) 
 
 
 @cli.command("cleanup")
-def cleanup() -> None:
+@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
+              help="The kind/cluster config, needed to revert injections made there.")  # fmt: skip
+def cleanup(config_file: Path | None) -> None:
     """Revert every injection still in the ledger (e.g. after the runner was killed); idempotent."""
     ledger = Ledger()
     entries = ledger.entries()
@@ -337,8 +386,15 @@ def cleanup() -> None:
         click.echo("the ledger is empty: nothing to revert")
         return
     environment = LocalEnvironment()
+    k8s_envs: dict[str, K8sEnvironment] = {}
     for handle in entries:
         fault = get_fault(handle.fault)
+        if handle.env in K8S_ENVS:
+            if handle.env not in k8s_envs:
+                k8s_envs[handle.env] = _k8s_env(handle.env, config_file)
+            fault.revert(k8s_envs[handle.env], handle, ledger)
+            click.echo(f"reverted {handle.fault} {handle.id} on {handle.env}")
+            continue
         if handle.env == "local" and not environment.is_recorded():
             # With the environment gone, nothing the injection made can still exist.
             ledger.remove(handle.id)

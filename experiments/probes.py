@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 
 
 def build_probes(env: Any, canary_rate_per_s: float = 2.0) -> tuple[list[Probe], CanaryProbe]:
-    """Every probe for ``env``: one per vLLM replica, the canary, Ray, and the device if known."""
+    """Every probe for ``env``: one per vLLM replica, the canary, Ray, the device if known, Kubernetes if any."""
     status = env.status()
     probes: list[Probe] = [
         VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health") for r in sorted(status.vllm.replicas, key=lambda r: r.name)
@@ -26,9 +26,14 @@ def build_probes(env: Any, canary_rate_per_s: float = 2.0) -> tuple[list[Probe],
     probes.append(canary)
     state = env.load_state()
     probes.append(RayProbe(state.dashboard_url, env.connect_ray))
-    device = _device_probe(env)
+    # An environment whose GPUs are on cluster nodes says so: this host's devices are not theirs.
+    device = _device_probe(env) if getattr(env, "local_devices", True) else None
     if device is not None:
         probes.append(device)
+    # Environments with a kube API (kind, cluster) build their Kubernetes-layer probe.
+    k8s_probe = getattr(env, "k8s_probe", None)
+    if k8s_probe is not None:
+        probes.append(k8s_probe())
     return probes, canary
 
 
