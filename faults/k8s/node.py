@@ -38,10 +38,13 @@ from faults.k8s.nodes import (
 )
 from faults.registry import register
 from inferchaos.errors import ConfigError
+from steady_state.k8s import ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)
 
 EVICTION_RETRY_S = 1.0
+# What the node lifecycle controller taints a silent node with.
+LOST_NODE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 POLL_S = 0.5
 # Set by the API server: a recreated node gets new ones, so the saved manifest must not carry them.
 SERVER_SET_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
@@ -312,6 +315,21 @@ class StopNodeContainer(K8sFault[StopContainerParams]):
         ready = ready_status(read_node(target.core, params.node))
         # The node controller marks a silent node Unknown only after its grace period (40 s by default).
         bit = not running and ready != "True"
-        reason = f"container {'running' if running else 'stopped'}; node {params.node} Ready={ready}"
-        symptoms = {"node": params.node, "container_running": running, "node_ready": ready}
+        # Replacements the lost node cannot take: the scheduler names its unreachable/not-ready taint.
+        waiting = [
+            p.describe()
+            for namespace in target.allow.namespaces
+            for p in pending_pod_reasons(target.api_client, namespace)
+            if any(p.blocked_by(ReasonKind.UNTOLERATED_TAINT, key) for key in LOST_NODE_TAINTS)
+        ]
+        reason = (
+            f"container {'running' if running else 'stopped'}; node {params.node} Ready={ready}; "
+            f"{len(waiting)} Pod(s) Pending that the lost node cannot take"
+        )
+        symptoms = {
+            "node": params.node,
+            "container_running": running,
+            "node_ready": ready,
+            "pending": waiting,
+        }
         return Evidence(bit, reason, symptoms, timestamps(handle))

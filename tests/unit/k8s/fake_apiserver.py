@@ -2,7 +2,7 @@
 
 The real ``kubernetes`` client talks to it over loopback, so everything the code sends is
 what a real API server would receive. It serves the endpoints the Kubernetes layer uses with
-real JSON shapes (nodes and their status, Pods and evictions, events, Deployments, KubeRay
+real JSON shapes (nodes and their status, Pods and evictions, events, Deployments, Secrets, KubeRay
 RayClusters), keeps state so a write shows up on the next read, and applies the semantics the
 code relies on: label and field selectors, JSON Patch, merge patches (strategic merge is
 approximated by JSON merge patch, which is exact for the fields patched here), the
@@ -52,6 +52,7 @@ RESOURCES = {
         Resource("nodes", "Node", "v1", namespaced=False, validated=True, has_status=True),
         Resource("pods", "Pod", "v1", namespaced=True, validated=True, has_status=True),
         Resource("events", "Event", "v1", namespaced=True, validated=False, has_status=False),
+        Resource("secrets", "Secret", "v1", namespaced=True, validated=True, has_status=False),
         Resource("deployments", "Deployment", "apps/v1", namespaced=True, validated=True, has_status=True),
         Resource("rayclusters", "RayCluster", "ray.io/v1", namespaced=True, validated=False, has_status=True),
     )
@@ -73,6 +74,7 @@ FIELD_LABELS = {
         "type",
     },  # fmt: skip
     "deployments": {"metadata.name", "metadata.namespace"},
+    "secrets": {"metadata.name", "metadata.namespace", "type"},
     "rayclusters": {"metadata.name", "metadata.namespace"},
 }
 

@@ -152,6 +152,7 @@ def test_stop_node_container_stops_the_machine_until_reverted(
         "node": WORKERS[1],
         "container_running": False,
         "node_ready": "Unknown",
+        "pending": [],  # no replacement asked for yet: test_k8s_scenarios shows one going Pending
     }
 
     fault.revert(env, handle, ledger)
