@@ -294,9 +294,11 @@ class K8sProbe:
         return samples
 
     def _unschedulable(self) -> list[Sample]:
-        """Unbound Pending Pods per scheduler message; the preemption tail is dropped."""
+        """Pending Pods the scheduler refused, per its message; the preemption tail is dropped."""
         by_reason: dict[str, int] = {}
         for waiting in pending_pod_reasons(self.api_client, self.namespace):
+            if not waiting.message:
+                continue  # not refused: the scheduler has not looked at it yet
             reason = scheduler_reason(waiting.message)
             by_reason[reason] = by_reason.get(reason, 0) + 1
         return [
@@ -336,7 +338,7 @@ def scheduler_reason(message: str) -> str:
     replaced because it separates labels in the timeline.
     """
     head = message.strip().split(" preemption:", 1)[0].strip().rstrip(".")
-    return head.replace(";", ",") or "no scheduling message yet"
+    return head.replace(";", ",")
 
 
 def _condition_true(conditions: list[Any] | None, kind: str) -> bool:

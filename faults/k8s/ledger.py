@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 SQUAT_LABEL = "inferchaos.io/squat"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 CONFLICT_RETRIES = 5
+SQUAT_BIND_TIMEOUT_S = 30.0
+POLL_S = 0.2
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -218,6 +221,8 @@ class SquatGpuLedger(K8sFault[SquatParams]):
             with api_errors(f"create squatter pod {params.namespace}/{squat['name']}"):
                 target.core.create_namespaced_pod(params.namespace, pod)
         if handle.state.get("canary"):
+            # Ask only once the squat holds: a canary the scheduler saw first would take a free card itself.
+            _wait_bound(target, params.namespace, [s["name"] for s in handle.state["pods"]])
             canary = _squatter(handle.state["canary"], params, None, 1, handle.id)
             with api_errors(f"create canary pod {params.namespace}/{handle.state['canary']}"):
                 target.core.create_namespaced_pod(params.namespace, canary)
@@ -254,6 +259,30 @@ class SquatGpuLedger(K8sFault[SquatParams]):
             "pending": [p.describe() for p in waiting],
         }
         return Evidence(all_held and bool(waiting), reason, symptoms, timestamps(handle))
+
+
+def _wait_bound(
+    target: K8sTarget, namespace: str, names: list[str], timeout_s: float = SQUAT_BIND_TIMEOUT_S
+) -> None:
+    """Wait until every Pod in ``names`` is bound to a node; log and go on after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(names)
+    while waiting:
+        waiting = [
+            name
+            for name in waiting
+            if not getattr(
+                getattr(read_if_exists(f"read pod {namespace}/{name}", target.core.read_namespaced_pod, name, namespace),
+                        "spec", None),
+                "node_name", None,
+            )
+        ]  # fmt: skip
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            logger.warning("squatters still unbound after %.0f s: %s", timeout_s, ", ".join(waiting))
+            return
+        time.sleep(POLL_S)
 
 
 def _squatter(name: str, params: SquatParams, node: str | None, gpus: int, fault_id: str) -> V1Pod:

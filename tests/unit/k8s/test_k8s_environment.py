@@ -1,0 +1,115 @@
+"""The kind/cluster environment driver against the fake API server, and its config file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_apiserver import FakeApiServer, FakeCluster
+from k8s_objects import NS, WORKERS
+from k8s_scenario import CONTEXT, k8s_env_config, make_runtime, seed_kind_environment
+
+from environments.k8s_config import load_k8s_env_config
+from environments.k8s_env import K8sEnvironment
+from experiments.cli import main
+from experiments.probes import build_probes
+from inferchaos.errors import ConfigError, EnvironmentNotUp
+
+TOKEN = "ray-token-for-the-fake-cluster"
+
+
+@pytest.fixture
+def seeded(fake_server: FakeApiServer) -> FakeCluster:
+    fake_server.cluster = seed_kind_environment(FakeCluster(), TOKEN, [8301, 8302, 8303])
+    return fake_server.cluster
+
+
+@pytest.fixture
+def config_path(fake_server: FakeApiServer, seeded: FakeCluster, tmp_path: Path) -> Path:
+    path, _ = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
+                             "http://127.0.0.1:1", make_runtime(tmp_path))  # fmt: skip
+    return path
+
+
+def _edit(path: Path, change: dict[str, object], drop: tuple[str, ...] = ()) -> Path:
+    data = yaml.safe_load(path.read_text())
+    data.update(change)
+    for key in drop:
+        data.pop(key)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_driver_reads_every_layer_from_the_kube_api(config_path: Path, seeded: FakeCluster) -> None:
+    env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
+    assert env.name == "cluster" and env.k8s.context == CONTEXT
+    assert env.load_state().read_token() == TOKEN  # from the ray-auth-token Secret
+    assert [env.replica_url(p) for p in env.replica_pods()] == [f"http://127.0.0.1:{p}" for p in (8301, 8302, 8303)]
+    readings = {s.probe: s.value for s in env.k8s_probe().read_now() if not s.labels or "deployment" in s.labels}
+    assert readings["k8s.nodes_ready"] == 3 and readings["k8s.deployment_ready_replicas"] == 3
+    # Nothing answers at the replicas' URLs here: listed, not healthy.
+    assert [(r.node_id, r.healthy) for r in env.replicas()] == [(w, False) for w in WORKERS]
+    assert seeded.mutating_requests() == []
+    env.close()
+
+
+def test_a_missing_token_secret_is_an_environment_error(config_path: Path, seeded: FakeCluster) -> None:
+    seeded.remove("secrets", "ray-auth-token", NS)
+    env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
+    with pytest.raises(EnvironmentNotUp, match="ray-auth-token: HTTP 404"):
+        env.load_state()
+
+
+def test_the_probe_set_adds_kubernetes_and_leaves_out_this_hosts_devices(config_path: Path) -> None:
+    env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
+    env.status = lambda: _status()  # type: ignore[method-assign]  # Ray and vLLM are not up in unit tests
+    probes, _ = build_probes(env)
+    assert {p.name for p in probes} == {"canary", "ray", "k8s"}
+
+
+def _status():  # noqa: ANN202 - the smallest EnvStatus the probe builder reads
+    from environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
+
+    return EnvStatus("cluster", True, RayStatus("127.0.0.1:6379", "http://127.0.0.1:1"), VllmStatus(),
+                     FrontDoorStatus("http://127.0.0.1:1", True), ModelStatus("tiny-llama", 2048))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "drop", "message"),
+    [
+        ({}, ("allow",), "allow: required for the cluster environment; there is no default"),
+        ({"allow": {"contexts": ["prod"], "namespaces": [NS]}}, (), "kube.context 'kind-inferchaos' is not in allow.contexts"),
+        ({"allow": {"contexts": [CONTEXT], "namespaces": []}}, (), "allow.namespaces: List should have at least 1 item"),
+        ({"extra": 1}, (), "extra: Extra inputs are not permitted"),
+        ({"env": "kind"}, (), "env: the file is for 'kind' but --env is 'cluster'"),
+        ({"ray": {"address": "x", "dashboard_url": "y"}}, (), "ray: Value error, needs exactly one of auth_token_secret"),
+    ],
+)  # fmt: skip
+def test_bad_configs_are_one_line_errors(config_path: Path, change: dict, drop: tuple, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_k8s_env_config(_edit(config_path, change, drop), "cluster")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "experiments/gpu_ledger_squat.yaml", "--env", "kind"], "--env kind requires --config"),
+        (["env", "status", "--env", "cluster"], "--env cluster requires --config"),
+        (["gameday", "--env", "kind"], "gameday runs the local environment"),
+    ],
+)
+def test_kind_and_cluster_refuse_to_start_without_a_config(
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    cluster: FakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("sys.argv", ["inferchaos", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 2
+    assert message in capsys.readouterr().err
+    assert cluster.requests == []

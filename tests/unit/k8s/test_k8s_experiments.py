@@ -1,0 +1,96 @@
+"""The three Kubernetes experiment files, whole, through the real runner against the fake cluster.
+
+The Kubernetes layer is real code end to end: the driver, the faults, the k8s probe, the
+official client, the fake API server and its simulated control plane. vLLM, the canary and
+Ray are the runner's fakes (tests/unit/runner); tests/integration/test_k8s_scenarios.py runs
+the same experiments with the real ones.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_apiserver import FakeApiServer, FakeCluster
+from k8s_scenario import control_plane, k8s_env_config, k8s_state, make_runtime, seed_kind_environment
+
+from environments.base import EnvStatus
+from environments.k8s_env import K8sEnvironment
+from experiments.runner import Runner, RunOptions
+from experiments.spec import load_and_validate
+from faults.ledger import Ledger
+from steady_state.base import Probe
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
+from runner_fakes import FakeEnv, FakeProbeFactory, World  # noqa: E402
+
+EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
+
+
+class ClusterWithFakeRay(K8sEnvironment):
+    """The real driver; only Ray and vLLM, which unit tests do not run, answer from the runner's fakes."""
+
+    def status(self) -> EnvStatus:
+        status = FakeEnv(name=self.name).status()
+        return replace(status, model=replace(status.model, name=self.config.vllm.model))
+
+    def connect_ray(self) -> None:
+        """No Ray here."""
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def world_cluster(fake_server: FakeApiServer, tmp_path: Path, home: Path) -> Iterator[tuple[FakeCluster, Any]]:
+    fake_server.cluster = seed_kind_environment(FakeCluster(), "token")
+    runtime = make_runtime(tmp_path)
+    controllers = control_plane(lambda: fake_server.cluster, runtime)
+    controllers.start()
+    yield fake_server.cluster, runtime
+    controllers.stop()
+    assert fake_server.cluster.rejected == []
+
+
+@pytest.mark.parametrize(
+    ("name", "scheduler_says"),
+    [
+        ("gpu_ledger_squat", "3 Insufficient nvidia.com/gpu"),
+        ("anti_affinity_pending", "3 node(s) didn't match pod anti-affinity rules"),
+        ("k8s_node_loss", "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }"),
+    ],
+)
+def test_experiment_passes_names_k8s_and_restores_the_cluster(
+    name: str, scheduler_says: str, fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    cluster, runtime = world_cluster
+    before = k8s_state(cluster)
+    _, config = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
+                               "http://127.0.0.1:1", runtime)  # fmt: skip
+    env = ClusterWithFakeRay(config)
+    spec = load_and_validate(EXPERIMENTS / f"{name}.yaml")
+    spec = replace(spec, baseline_s=1.5, fault=replace(spec.fault, duration_s=4.0))
+    fakes = FakeProbeFactory(World())
+
+    def probes(environment: Any, rate: float) -> tuple[list[Probe], Any]:
+        built, canary = fakes(environment, rate)
+        return [*built, environment.k8s_probe()], canary
+
+    verdict = Runner(spec, env, RunOptions(interval_s=0.25, run_dir=tmp_path / "run"), None, probes).run().to_dict()
+    env.close()
+
+    assert verdict["status"] == "passed", verdict["reason"]
+    assert verdict["fault"]["effect_observed"]
+    assert any(scheduler_says in p for p in verdict["fault"]["evidence"]["symptoms"]["pending"])
+    assert verdict["triage"]["layer"] == "k8s" and scheduler_says in verdict["triage"]["reason"]
+    assert verdict["timing"]["recovered"]
+    assert Ledger().entries() == []
+    assert k8s_state(cluster) == before
