@@ -94,7 +94,9 @@ def _run(name: str, fake_k8s: FakeK8s, tmp_path: Path) -> tuple[dict, FakeCluste
         env.close()
     assert verdict is not None
     result = verdict.to_dict()
-    print(f"{name}: {result['status']} {result['reason']}; triage {result['triage']}; timing {result['timing']}")
+    print(
+        f"{name}: {result['status']} {result['reason']}; triage {result['triage']}; timing {result['timing']}"
+    )
     assert Ledger().entries() == [], "the ledger must be empty after the run"
     assert cluster.rejected == [], "every request must be schema-valid"
     assert k8s_state(cluster) == before, "the fake cluster must be as it was"
@@ -136,7 +138,9 @@ def test_anti_affinity_pending(fake_k8s: FakeK8s, tmp_path: Path) -> None:
     pending = result["fault"]["evidence"]["symptoms"]["pending"]
     assert len(pending) == 2  # 4 nodes + 1 extra = 5 replicas; 3 run
     assert all("3 node(s) didn't match pod anti-affinity rules" in p for p in pending)
-    _assert_passed_with_k8s_triage(result, "didn't match pod anti-affinity rules", tmp_path, "anti_affinity_pending")
+    _assert_passed_with_k8s_triage(
+        result, "didn't match pod anti-affinity rules", tmp_path, "anti_affinity_pending"
+    )
     assert cluster.get("deployments", "vllm", "inferchaos")["spec"]["replicas"] == 3
 
 

@@ -56,7 +56,9 @@ def vllm_template(port: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def seed_kind_environment(cluster: FakeCluster, token: str, replica_ports: list[int] | None = None) -> FakeCluster:
+def seed_kind_environment(
+    cluster: FakeCluster, token: str, replica_ports: list[int] | None = None
+) -> FakeCluster:
     """Seed ``cluster`` with the kind environment; replica ``i`` listens on 127.0.0.1:``replica_ports[i]``."""
     ports = replica_ports or [8000] * len(WORKERS)
     cluster.namespaces.add(NS)

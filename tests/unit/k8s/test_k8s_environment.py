@@ -45,8 +45,12 @@ def test_the_driver_reads_every_layer_from_the_kube_api(config_path: Path, seede
     env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
     assert env.name == "cluster" and env.k8s.context == CONTEXT
     assert env.load_state().read_token() == TOKEN  # from the ray-auth-token Secret
-    assert [env.replica_url(p) for p in env.replica_pods()] == [f"http://127.0.0.1:{p}" for p in (8301, 8302, 8303)]
-    readings = {s.probe: s.value for s in env.k8s_probe().read_now() if not s.labels or "deployment" in s.labels}
+    assert [env.replica_url(p) for p in env.replica_pods()] == [
+        f"http://127.0.0.1:{p}" for p in (8301, 8302, 8303)
+    ]
+    readings = {
+        s.probe: s.value for s in env.k8s_probe().read_now() if not s.labels or "deployment" in s.labels
+    }
     assert readings["k8s.nodes_ready"] == 3 and readings["k8s.deployment_ready_replicas"] == 3
     # Nothing answers at the replicas' URLs here: listed, not healthy.
     assert [(r.node_id, r.healthy) for r in env.replicas()] == [(w, False) for w in WORKERS]

@@ -49,7 +49,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def world_cluster(fake_server: FakeApiServer, tmp_path: Path, home: Path) -> Iterator[tuple[FakeCluster, Any]]:
+def world_cluster(
+    fake_server: FakeApiServer, tmp_path: Path, home: Path
+) -> Iterator[tuple[FakeCluster, Any]]:
     fake_server.cluster = seed_kind_environment(FakeCluster(), "token")
     runtime = make_runtime(tmp_path)
     controllers = control_plane(lambda: fake_server.cluster, runtime)
@@ -84,7 +86,9 @@ def test_experiment_passes_names_k8s_and_restores_the_cluster(
         built, canary = fakes(environment, rate)
         return [*built, environment.k8s_probe()], canary
 
-    verdict = Runner(spec, env, RunOptions(interval_s=0.25, run_dir=tmp_path / "run"), None, probes).run().to_dict()
+    verdict = (
+        Runner(spec, env, RunOptions(interval_s=0.25, run_dir=tmp_path / "run"), None, probes).run().to_dict()
+    )
     env.close()
 
     assert verdict["status"] == "passed", verdict["reason"]
