@@ -15,10 +15,17 @@ CHAOS = REPO / ".venv" / "bin" / "chaos"
 SCENARIOS = sorted((REPO / "experiments").glob("*.yaml"))
 
 
-def test_there_are_five_scenarios() -> None:
+# The Kubernetes scenarios run on the kind environment (tests/unit/k8s/test_k8s_experiments.py).
+K8S_SCENARIOS = {"anti_affinity_pending", "gpu_ledger_squat", "k8s_node_loss"}
+
+
+def test_there_are_eight_scenarios() -> None:
     assert [p.stem for p in SCENARIOS] == [
         "actor_leak",
+        "anti_affinity_pending",
+        "gpu_ledger_squat",
         "gpu_memory_squat",
+        "k8s_node_loss",
         "kv_flood",
         "node_loss",
         "strict_pg_stall",
@@ -42,7 +49,7 @@ def test_chaos_validate_accepts_the_scenario(path: Path, tmp_path: Path) -> None
 def test_load_and_validate_accepts_the_scenario(path: Path) -> None:
     spec = load_and_validate(path)
     assert spec.name == path.stem
-    assert spec.env == "local"
+    assert spec.env == ("kind" if path.stem in K8S_SCENARIOS else "local")
     assert spec.fault.duration_s > 0 and spec.baseline_s > 0
     assert spec.slos.slos, "a scenario without SLOs judges nothing"
     assert spec.raw["method"][spec.fault.index]["provider"]["func"] == spec.fault.func
