@@ -37,6 +37,14 @@ TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
 CACHE_CONFIG = "vllm:cache_config_info"
+# The families parse_metrics reads. A replica exposes some 60 families (~50 KB); parsing
+# only these makes a read about 4x cheaper (6.6 -> 1.5 ms measured), which matters because
+# every replica is parsed on the sampler's event loop once per tick.
+READ_FAMILIES = frozenset(
+    {RUNNING, WAITING, KV_USAGE, "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
+     TTFT, ITL, E2E, CACHE_CONFIG}
+)  # fmt: skip
+_SAMPLE_SUFFIXES = ("_bucket", "_count", "_sum", "_total")  # _created is a family of its own
 
 
 @dataclass(frozen=True)
@@ -114,9 +122,36 @@ class VllmSnapshot:
     kv_capacity_tokens: int | None
 
 
+def _family_of(line: str) -> str:
+    """The metric family a line of text exposition belongs to ("" for other comments)."""
+    if line.startswith("#"):
+        parts = line.split(" ", 3)  # "# HELP name ..." / "# TYPE name type"
+        if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
+            return ""
+        name = parts[2]  # a counter's may end in _total, as its samples do
+    else:
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+    if name in READ_FAMILIES:
+        return name
+    for suffix in _SAMPLE_SUFFIXES:
+        if name.endswith(suffix) and name[: -len(suffix)] in READ_FAMILIES:
+            return name[: -len(suffix)]
+    return name
+
+
+def read_families_only(text: str) -> str:
+    """The lines of ``text`` that belong to :data:`READ_FAMILIES`, still valid exposition.
+
+    Only whole lines are dropped; the families kept are parsed by prometheus_client as before.
+    """
+    return "".join(line + "\n" for line in text.splitlines() if _family_of(line) in READ_FAMILIES)
+
+
 def _samples_by_name(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]]:
     by_name: dict[str, list[tuple[Mapping[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
+    # When nothing is left (an error page, another exporter), the whole text is parsed so the
+    # error says what it is: not exposition at all, or exposition without vLLM's families.
+    for family in text_string_to_metric_families(read_families_only(text) or text):
         for sample in family.samples:
             by_name.setdefault(sample.name, []).append((sample.labels, sample.value))
     return by_name

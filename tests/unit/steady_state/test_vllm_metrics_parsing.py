@@ -7,7 +7,9 @@ import math
 import pytest
 
 from inferchaos.errors import ProbeError
-from steady_state.vllm import Histogram, histogram_quantile, parse_metrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from steady_state.vllm import READ_FAMILIES, Histogram, histogram_quantile, parse_metrics, read_families_only
 
 
 def test_idle_replica(idle_metrics: str) -> None:
@@ -28,6 +30,21 @@ def test_flooded_replica(flooded_metrics: str) -> None:
     assert snapshot.prompt_tokens_total == 31410.0
     assert snapshot.generation_tokens_total == 4979.0
     assert snapshot.kv_capacity_tokens == 4096
+
+
+@pytest.mark.parametrize("fixture", ["idle_metrics", "flooded_metrics"])
+def test_reading_only_the_needed_families_keeps_every_one_of_their_samples(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    text: str = request.getfixturevalue(fixture)
+
+    def samples(exposition: str) -> dict[str, list[object]]:
+        return {f.name: f.samples for f in text_string_to_metric_families(exposition) if f.name in READ_FAMILIES}
+
+    kept = read_families_only(text)
+    assert samples(kept) == samples(text)
+    assert {f.name for f in text_string_to_metric_families(kept)} == READ_FAMILIES
+    assert len(kept) < len(text) / 3  # the point of it: most of the page is not parsed
 
 
 def test_histograms_are_cumulative_bucket_lists_ending_in_inf(flooded_metrics: str) -> None:
