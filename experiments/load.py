@@ -328,13 +328,17 @@ class LoadedCanary:
         self.canary = canary
         self.load = load
 
-    async def start(self) -> None:
-        """Start the canary, then Locust; a failed Locust start stops the canary again."""
-        await self.canary.start()
+    async def start(self, phase_s: float = 0.0) -> None:
+        """Start Locust, then the canary (``phase_s`` is the canary's, see CanaryProbe.start).
+
+        Locust first: its start-up takes a while, and the canary's phase is counted from the
+        moment sampling starts, which is right after this returns.
+        """
+        await asyncio.to_thread(self.load.start)
         try:
-            await asyncio.to_thread(self.load.start)
-        except LoadError:
-            await self.canary.stop()
+            await self.canary.start(phase_s)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(self.load.stop))
             raise
 
     async def stop(self) -> None:

@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from experiments.probes import build_probes
+from steady_state.canary import phase_between_ticks
 from steady_state.sampler import Sampler, Tick
 from steady_state.timeline import Row, Timeline, TimelineWriter
 
@@ -70,7 +71,7 @@ def observe(env: Any, duration_s: float, interval_s: float, out_dir: Path, conso
 
             sampler = Sampler(probes, timeline, interval_s, on_tick=on_tick,
                               timeouts={p.name: interval_s for p in probes if p.name == "ray"})  # fmt: skip
-            await canary.start()
+            await canary.start(phase_between_ticks(canary.config.rate_per_s, interval_s))
             task = asyncio.create_task(sampler.run())
             try:
                 await asyncio.sleep(duration_s)

@@ -30,6 +30,7 @@ from faults.ledger import Ledger
 from faults.registry import get_fault
 from inferchaos.errors import EnvironmentError_, InferchaosError
 from steady_state.base import Probe
+from steady_state.canary import phase_between_ticks
 from steady_state.evaluation import evaluate, evaluate_slo, phase_windows, recover
 from steady_state.sampler import Sampler, Tick
 from steady_state.slo import Phase, SloSpec
@@ -207,7 +208,7 @@ class Runner:
         probes, canary = self._probe_factory(self.env, self.options.canary_rate_per_s)
         sampler = Sampler(probes, timeline, self.options.interval_s, on_tick=self._on_tick(timeline),
                           timeouts=self._timeouts(probes))  # fmt: skip
-        await canary.start()
+        await canary.start(phase_between_ticks(self.options.canary_rate_per_s, self.options.interval_s))
         sampling = asyncio.create_task(sampler.run())
         try:
             timeline.mark(Mark.BASELINE_START, time.time())

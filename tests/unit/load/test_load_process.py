@@ -130,7 +130,7 @@ class FakeCanary:
         self.config = FakeCanaryConfig(base_url, FAKE_MODEL)
         self.started = self.stopped = 0
 
-    async def start(self) -> None:
+    async def start(self, phase_s: float = 0.0) -> None:
         self.started += 1
 
     async def stop(self) -> None:
@@ -173,7 +173,7 @@ async def test_runner_factory_samples_load_between_canary_start_and_stop(
     assert any(r.probe == "load.ttft_p95_s" and r.value >= 0.03 for r in timeline.rows)
 
 
-async def test_canary_is_stopped_again_when_locust_cannot_start(tmp_path: Path) -> None:
+async def test_canary_is_not_started_when_locust_cannot_start(tmp_path: Path) -> None:
     fake_canary = FakeCanary("http://127.0.0.1:9")
     options = LoadOptions(extra_args=("--load-profile", "surge"))
     factory = load_probe_factory(
@@ -182,4 +182,4 @@ async def test_canary_is_stopped_again_when_locust_cannot_start(tmp_path: Path) 
     _, canary = factory(object(), 2.0)
     with pytest.raises(LoadError):
         await canary.start()
-    assert (fake_canary.started, fake_canary.stopped) == (1, 1)
+    assert (fake_canary.started, fake_canary.stopped) == (0, 0)

@@ -142,7 +142,7 @@ class FakeCanary(FakeProbe):
     def __init__(self, world: World) -> None:
         super().__init__("canary", Layer.CANARY, world, ("canary.success", "canary.ttft_s"))
 
-    async def start(self) -> None:
+    async def start(self, phase_s: float = 0.0) -> None:
         self._world.record("canary.start")
 
     async def stop(self) -> None:

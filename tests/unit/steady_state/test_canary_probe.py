@@ -10,7 +10,7 @@ import pytest
 
 from inferchaos.errors import ConfigError
 from steady_state.base import Sample
-from steady_state.canary import CanaryConfig, CanaryProbe
+from steady_state.canary import CanaryConfig, CanaryProbe, phase_between_ticks
 from steady_state.catalog import KNOWN_PROBES
 
 if TYPE_CHECKING:
@@ -113,6 +113,22 @@ async def test_stop_abandons_requests_in_flight(fake_server: FakeServer, canary:
     sent = canary.sent
     await asyncio.sleep(0.2)
     assert canary.sent == sent  # nothing is sent after stop
+
+
+async def test_the_first_request_waits_for_its_phase(fake_server: FakeServer, canary: CanaryProbe) -> None:
+    await canary.start(phase_s=0.4)
+    await asyncio.sleep(0.2)
+    assert canary.sent == 0  # requests go between sampling ticks, not on them
+    await collect(canary, lambda s: canary.sent >= 1)
+    assert canary.sent >= 1
+
+
+@pytest.mark.parametrize(
+    ("rate", "interval", "phase"),
+    [(2.0, 1.0, 0.25), (1.0, 1.0, 0.5), (2.0, 0.25, 0.125), (0.5, 1.0, 0.5)],
+)
+def test_phase_is_half_the_shorter_period(rate: float, interval: float, phase: float) -> None:
+    assert phase_between_ticks(rate, interval) == pytest.approx(phase)
 
 
 @pytest.mark.parametrize(
