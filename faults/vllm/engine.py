@@ -131,7 +131,11 @@ class KillEngine(Fault):
 
             for actor in list_actors(filters=[("pid", "=", handle.state["actor_pid"])], raise_on_missing_output=False):
                 if actor.state == "ALIVE" and actor.name:
-                    ray.kill(ray.get_actor(actor.name, namespace=actor.ray_namespace))
+                    try:
+                        replica = ray.get_actor(actor.name, namespace=actor.ray_namespace)
+                    except ValueError:
+                        continue  # it died between the listing and now: Serve replaces it anyway
+                    ray.kill(replica)
         handle.reverted_at = handle.reverted_at or time.time()
         ledger.record(handle)
         ledger.remove(handle.id)
