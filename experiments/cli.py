@@ -6,10 +6,11 @@ import json
 import logging
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
@@ -19,14 +20,15 @@ from environments.k8s_env import K8sEnvironment
 from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from environments.local.model import TinyModelSpec, ensure_model
-from experiments.env_config import AllowList, load_env_config
+from experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from experiments.load import LOAD_PROFILES, load_probe_factory
 from experiments.probes import build_probes
 from experiments.progress import Progress
-from experiments.runner import RunOptions, check_environment, run_experiment
-from experiments.spec import load_and_validate
-from experiments.suites import SUITES, suite_paths
+from experiments.runner import RunOptions, check_environment, describe_plan, plan_run, run_experiment
+from experiments.spec import ExperimentSpec, load_and_validate
+from experiments.suites import SUITES, default_suite, ensure_suite_matches_env, suite_paths
 from experiments.verdict import EXIT_INTERRUPTED, Verdict
+from faults.base import FaultPlan
 from faults.ledger import Ledger
 from faults.registry import get_fault
 from inferchaos.errors import ConfigError, InferchaosError
@@ -302,45 +304,139 @@ def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: 
     sys.exit(_run_one(experiment, environment, out_dir, interval, dry_run, allow, load))
 
 
+# Options of the embedded local environment that mean nothing on kind or a cluster.
+LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port",
+                      "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _PlannedRun:
+    """One experiment of a game day, validated and planned against the live environment."""
+
+    spec: ExperimentSpec
+    plan: FaultPlan
+
+
+def _ensure_no_local_options(ctx: click.Context, env_name: str) -> None:
+    """Refuse local-environment knobs given on the command line for kind/cluster, rather than ignore them."""
+    given = [name for name in LOCAL_ONLY_OPTIONS if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ConfigError(f"{flag} applies to the local environment only, not to --env {env_name}")
+
+
+def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8sEnvironment,
+                allow: AllowList | None) -> list[_PlannedRun]:  # fmt: skip
+    """Plan every experiment (environment answers, fault valid, blast radius allowed) before the first acts.
+
+    A game day that would be refused at its third experiment is refused before its first, so a
+    bad suite or config never leaves a half-run day behind. Each run plans itself again when
+    its turn comes: an earlier fault may have changed what the environment looks like.
+    """
+    planned = []
+    for spec in specs:
+        _, plan = plan_run(spec, environment)
+        if allow is not None:
+            ensure_plan_is_allowed(plan.targets, allow, getattr(environment.load_state(), "ray_address", ""))
+        planned.append(_PlannedRun(spec, plan))
+    return planned
+
+
+def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEnvironment, out_dir: Path,
+               interval: float, allow: AllowList | None, load: str | None) -> int:  # fmt: skip
+    """Run the planned experiments in order into one game-day folder, index the reports; the worst exit code."""
+    day = out_dir / time.strftime("gameday-%Y%m%d-%H%M%S")
+    worst = 0
+    for i, run in enumerate(planned):
+        console.rule(f"{run.spec.name}: {run.spec.title}")
+        try:
+            code = _run_one(run.spec.path, environment, day, interval, False, allow, load)
+        except InferchaosError as e:
+            # One experiment that cannot run is a finding of the day; the others still run.
+            click.echo(f"inferchaos: {run.spec.name}: {e}", err=True)
+            code = e.exit_code
+        worst = max(worst, code)
+        if code == EXIT_INTERRUPTED:
+            # The run was rolled back on Ctrl-C/SIGTERM; whoever stopped the day wants it over.
+            skipped = [r.spec.name for r in planned[i + 1 :]]
+            if skipped:
+                click.echo(f"inferchaos: game day interrupted; not run: {', '.join(skipped)}", err=True)
+            break
+    if out_dir.is_dir():
+        from reports.errors import ReportError
+        from reports.render import render_index
+
+        try:
+            console.print(f"game-day index: {render_index(out_dir)}", highlight=False)
+        except ReportError as e:
+            # The index is a convenience over the run folders: it must not change the day's exit code.
+            logger.error("could not write the game-day index of %s: %s", out_dir, e)
+    return worst
+
+
 @cli.command("gameday")
 @_env_options
-@click.option("--suite", type=click.Choice(sorted(SUITES)), default="default", show_default=True,
-              help="Which scenarios to run, in order.")
+@CONFIG_OPTION
+@click.option("--suite", default=None,
+              help=f"Which scenarios to run, in order: a suite ({', '.join(sorted(SUITES))}) or a folder of "
+                   "experiment files (run in name order). Default: `default` on local, `k8s` on kind and cluster.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Reports folder: one run folder per scenario plus index.html.")
-@click.option("--keep-up", is_flag=True, help="Leave the environment running afterwards.")
+              help="Reports folder: one game-day folder of run folders per day, plus index.html.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25).")
+@click.option("--dry-run", is_flag=True,
+              help="Validate the suite and the config, check the environment answers, print every plan; touch nothing.")
+@click.option("--keep-up", is_flag=True, help="local: leave the environment running afterwards.")
 @LOAD_OPTION
-def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, load: str | None, **knobs: int) -> None:
-    """Bring the environment up once, run the suite in sequence, and write an index of the runs.
+@click.pass_context
+def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: str | None, out_dir: Path,
+            interval: float, dry_run: bool, keep_up: bool, load: str | None, **knobs: int) -> None:  # fmt: skip
+    """Run a suite of experiments in sequence against one environment and write an index of the runs.
 
-    The exit code is the worst of the runs. An environment that was already up is reused and
-    left up; one started here is taken down at the end unless --keep-up.
+    Every experiment and the config are validated, and every experiment is planned against the
+    live environment (blast radius included), before the first one injects anything. The exit
+    code is the worst of the runs.
+
+    local: the environment is brought up once; one already up is reused and left up, one started
+    here is taken down at the end unless --keep-up. kind and cluster need --config (the
+    allow-list) and must already be up: gameday only checks that they answer. kind's lifecycle
+    (`inferchaos env up/down --env kind`) stays a separate step, so that `inferchaos cleanup`
+    can run between the game day and tearing the cluster down; a real cluster is never brought
+    up or down.
     """
-    if env_name != "local":
-        raise ConfigError(
-            f"gameday runs the local environment; on {env_name}, run each experiment with `inferchaos run`"
-        )
+    if interval < 0.25:
+        raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
+    k8s_environment: K8sEnvironment | None = None
+    if env_name in K8S_ENVS:
+        # The config first: without one, nothing else about a kind/cluster game day matters.
+        _ensure_no_local_options(ctx, env_name)
+        k8s_environment = _k8s_env(env_name, config_file)  # reads the config; connects to nothing yet
+    suite_name = suite or default_suite(env_name)
+    specs = [load_and_validate(path) for path in suite_paths(suite_name)]
+    ensure_suite_matches_env(suite_name, specs, env_name)
+    if k8s_environment is not None:
+        allow = _k8s_run_allow(k8s_environment)
+        try:
+            planned = _plan_suite(specs, k8s_environment, allow)
+            if dry_run:
+                _print_plans(planned)
+                sys.exit(0)
+            sys.exit(_run_suite(planned, k8s_environment, out_dir, interval, allow, load))
+        finally:
+            k8s_environment.close()
     config = _build_config(**knobs)
-    paths = suite_paths(suite)
-    specs = [load_and_validate(path) for path in paths]  # all valid before anything starts
+    local_allow = load_env_config(config_file, env_name).allow if config_file is not None else None
     environment = LocalEnvironment(config)
+    if dry_run:
+        # A dry run starts nothing: the local environment must be up already, as for `run --dry-run`.
+        _print_plans(_plan_suite(specs, environment, local_allow))
+        sys.exit(0)
     started_here = not (environment.is_recorded() and environment.load_state().ready)
     worst = 0
     try:
         with Progress() as progress:
             LocalEnvironment(config, progress=progress).up()
-        day = out_dir / time.strftime("gameday-%Y%m%d-%H%M%S")
-        for spec in specs:
-            console.rule(f"{spec.name}: {spec.title}")
-            try:
-                code = _run_one(spec.path, environment, day, 1.0, False, load=load)
-            except InferchaosError as e:
-                click.echo(f"inferchaos: {spec.name}: {e}", err=True)
-                code = e.exit_code
-            worst = max(worst, code)
-        index = _render_index(out_dir)
-        if index is not None:
-            console.print(f"game-day index: {index}", highlight=False)
+        planned = _plan_suite(specs, environment, local_allow)
+        worst = _run_suite(planned, environment, out_dir, interval, local_allow, load)
     finally:
         if started_here and not keep_up:
             with Progress() as progress:
@@ -349,10 +445,12 @@ def gameday(env_name: str, suite: str, out_dir: Path, keep_up: bool, load: str |
     sys.exit(worst)
 
 
-def _render_index(out_dir: Path) -> Path:
-    from reports.render import render_index
-
-    return render_index(out_dir)
+def _print_plans(planned: list[_PlannedRun]) -> None:
+    """The --dry-run text of every experiment of the suite, in the order they would run."""
+    for run in planned:
+        console.rule(f"{run.spec.name}: {run.spec.title}")
+        click.echo(describe_plan(run.spec, run.plan))
+    click.echo(f"dry run: {len(planned)} experiment(s) planned, nothing touched")
 
 
 @cli.command("observe")

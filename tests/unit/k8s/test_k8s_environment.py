@@ -101,7 +101,7 @@ def test_bad_configs_are_one_line_errors(config_path: Path, change: dict, drop: 
     [
         (["run", "experiments/gpu_ledger_squat.yaml", "--env", "kind"], "--env kind requires --config"),
         (["env", "status", "--env", "cluster"], "--env cluster requires --config"),
-        (["gameday", "--env", "kind"], "gameday runs the local environment"),
+        (["gameday", "--env", "kind"], "--env kind requires --config"),
     ],
 )
 def test_kind_and_cluster_refuse_to_start_without_a_config(

@@ -1,0 +1,229 @@
+"""`inferchaos gameday --env kind|cluster` through the real CLI against the fake cluster.
+
+The Kubernetes layer is real end to end (driver, faults, k8s probe, official client, fake API
+server with its control plane); Ray, vLLM and the canary answer from the runner's fakes, as in
+test_k8s_experiments.py. The real local environment is never started.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_k8s_experiments
+import yaml
+from fake_apiserver import FakeApiServer, FakeCluster
+from k8s_objects import CONTROL_PLANE
+from k8s_scenario import k8s_env_config, k8s_state
+from test_k8s_experiments import EXPERIMENTS, ClusterWithFakeRay
+
+from experiments.cli import main
+from experiments.suites import SUITES
+from faults.ledger import Ledger
+from steady_state.base import Probe
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
+from runner_fakes import FakeProbeFactory, World  # noqa: E402
+
+K8S_SUITE = SUITES["k8s"]
+# A folder suite runs in file-name order.
+FOLDER_ORDER = sorted(K8S_SUITE)
+
+# The fixtures of the whole-experiment tests: an INFERCHAOS_HOME per test, the seeded cluster.
+home = test_k8s_experiments.home
+world_cluster = test_k8s_experiments.world_cluster
+
+
+def _cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    """Run `inferchaos ARGV` in-process; its exit code."""
+    monkeypatch.setattr("sys.argv", ["inferchaos", *argv])
+    with pytest.raises(SystemExit) as done:
+        main()
+    return int(done.value.code or 0)
+
+
+@pytest.fixture
+def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI builds the real driver with Ray and vLLM faked, and the runner's fake probes plus the k8s probe."""
+    fakes = FakeProbeFactory(World())
+
+    def probes(environment: Any, rate: float = 2.0) -> tuple[list[Probe], Any]:
+        built, canary = fakes(environment, rate)
+        return [*built, environment.k8s_probe()], canary
+
+    monkeypatch.setattr("experiments.cli.K8sEnvironment", ClusterWithFakeRay)
+    monkeypatch.setattr("experiments.cli.build_probes", probes)
+
+
+@pytest.fixture
+def config(fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], tmp_path: Path) -> Path:
+    """The cluster config of the fake cluster (its allow-list: the kind namespace and GPU pool)."""
+    _, runtime = world_cluster
+    path, _ = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
+                             "http://127.0.0.1:1", runtime)  # fmt: skip
+    return path
+
+
+def _cluster_copies(folder: Path, edits: dict[str, Any] | None = None) -> Path:
+    """The k8s suite copied for a cluster (README: environment.name: cluster), with short windows.
+
+    ``edits`` maps an experiment name to a function changing its mapping before it is written.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in K8S_SUITE:
+        data = yaml.safe_load((EXPERIMENTS / f"{name}.yaml").read_text())
+        data["environment"] = {"name": "cluster"}
+        data["baseline"] = {"duration_s": 1.5}
+        data["method"][0]["pauses"] = {"after": 4}
+        if edits and name in edits:
+            edits[name](data)
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return folder
+
+
+def _impossible_slo(data: dict[str, Any]) -> None:
+    data["slos"].append({"name": "impossible", "probe": "k8s.nodes_ready", "agg": "min", "op": ">=",
+                         "threshold": 99, "phase": "during"})  # fmt: skip
+
+
+def _control_plane_node(data: dict[str, Any]) -> None:
+    """Aim the node loss at the control plane, which the allow-list's node_selector leaves out."""
+    data["method"][0]["provider"]["arguments"]["node"] = CONTROL_PLANE
+
+
+@pytest.fixture
+def quiet_cluster(
+    fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any]
+) -> Iterator[FakeCluster]:
+    """The seeded cluster with its request log cleared: what a test's command sent, and only that."""
+    cluster, _ = world_cluster
+    with cluster.lock:
+        cluster.requests.clear()
+    yield cluster
+
+
+@pytest.mark.parametrize("env_name", ["kind", "cluster"])
+def test_gameday_refuses_without_a_config(
+    env_name: str, home: Path, quiet_cluster: FakeCluster, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    assert _cli(["gameday", "--env", env_name], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert f"--env {env_name} requires --config" in err and len(err.strip().splitlines()) == 1
+    assert quiet_cluster.requests == []
+    assert Ledger().entries() == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--env", "cluster"], "suite k8s: gpu_ledger_squat.yaml: environment.name is 'kind' but --env is 'cluster'; "
+                               "for a cluster, copy the experiments"),
+        (["--env", "cluster", "--suite", "default"], "suite default: kv_flood.yaml: environment.name is 'local'"),
+        (["--env", "cluster", "--suite", "nope"], "unknown suite 'nope'"),
+        (["--env", "cluster", "--workers", "3"], "--workers applies to the local environment only"),
+        (["--env", "cluster", "--interval", "0.1"], "--interval must be at least 0.25 s"),
+    ],
+)  # fmt: skip
+def test_bad_suites_and_options_exit_2_before_anything_is_touched(
+    argv: list[str], message: str, config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    out = tmp_path / "reports"
+    assert _cli(["gameday", "--config", str(config), "--out", str(out), *argv], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert quiet_cluster.requests == []
+    assert Ledger().entries() == []
+    assert not out.exists()
+
+
+def test_kind_suite_on_kind_is_the_default_and_matches(
+    fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], home: Path, fake_world: None,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    _, runtime = world_cluster
+    path, _ = k8s_env_config(tmp_path, "kind", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
+                             "http://127.0.0.1:1", runtime)  # fmt: skip
+    assert _cli(["gameday", "--env", "kind", "--config", str(path), "--dry-run"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert [line.split(" — ")[0] for line in out.splitlines() if line.startswith("experiment: ")] == [
+        f"experiment: {name}" for name in K8S_SUITE
+    ]
+
+
+def test_dry_run_prints_every_plan_and_touches_nothing(
+    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    before = k8s_state(quiet_cluster)
+    suite = _cluster_copies(tmp_path / "suite")
+    out = tmp_path / "reports"
+    argv = [
+        "gameday",
+        "--env",
+        "cluster",
+        "--config",
+        str(config),
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--dry-run",
+    ]
+    assert _cli(argv, monkeypatch) == 0
+    printed = capsys.readouterr().out
+    for name in K8S_SUITE:
+        assert f"experiment: {name}" in printed
+    assert printed.count("would touch:") == len(K8S_SUITE)
+    assert "dry run: 3 experiment(s) planned, nothing touched" in printed
+    assert quiet_cluster.mutating_requests() == []
+    assert k8s_state(quiet_cluster) == before
+    assert Ledger().entries() == []
+    assert not out.exists()
+
+
+def test_a_suite_refused_at_its_last_experiment_injects_nothing(
+    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    suite = _cluster_copies(tmp_path / "suite", {"k8s_node_loss": _control_plane_node})
+    out = tmp_path / "reports"
+    assert _cli(["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out)],
+                monkeypatch) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert CONTROL_PLANE in err and len(err.strip().splitlines()) == 1, err
+    assert quiet_cluster.mutating_requests() == []
+    assert Ledger().entries() == []
+    assert not out.exists()
+
+
+def test_gameday_runs_the_suite_writes_the_index_and_exits_with_the_worst(
+    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    before = k8s_state(quiet_cluster)
+    # The squat breaches an SLO no cluster can meet: the day fails (1), the others pass.
+    suite = _cluster_copies(tmp_path / "suite", {"gpu_ledger_squat": _impossible_slo})
+    out = tmp_path / "reports"
+    argv = ["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out),
+            "--interval", "0.25"]  # fmt: skip
+    assert _cli(argv, monkeypatch) == 1
+
+    verdicts = {
+        p.parent.name.split("-", 2)[2]: json.loads(p.read_text())
+        for p in out.glob("gameday-*/*/verdict.json")
+    }
+    assert {name: v["status"] for name, v in verdicts.items()} == {
+        "anti_affinity_pending": "passed", "gpu_ledger_squat": "failed", "k8s_node_loss": "passed"
+    }  # fmt: skip
+    assert all(v["env"] == "cluster" and v["triage"]["layer"] == "k8s" for v in verdicts.values())
+    index = (out / "index.html").read_text()
+    assert all(name in index for name in K8S_SUITE)
+    assert "game-day index" in capsys.readouterr().out
+    assert Ledger().entries() == []
+    assert k8s_state(quiet_cluster) == before
