@@ -164,6 +164,9 @@ class Runner:
         self._phase = "starting"
         self._phase_ends = 0.0
         self._last_progress = 0.0
+        # Set by every tick: recovery is judged as soon as new rows are in, not up to an
+        # interval later (each run of a game day otherwise idles about half an interval).
+        self._ticked: asyncio.Event | None = None
 
     # -- entry ------------------------------------------------------------------------------
     def run(self) -> Verdict:
@@ -308,8 +311,15 @@ class Runner:
         budget = (rec.within_s + rec.hold_s + 2 * self.options.interval_s) if rec else 5.0
         self._phase, self._phase_ends = "recovery", time.time() + budget
         deadline = time.monotonic() + budget
+        ticked = self._ticked = asyncio.Event()
         while time.monotonic() < deadline:
-            await asyncio.sleep(self.options.interval_s)
+            ticked.clear()
+            try:
+                # A tick may be skipped (overran) or late: never wait longer than two intervals.
+                left = max(0.0, deadline - time.monotonic())
+                await asyncio.wait_for(ticked.wait(), timeout=min(2 * self.options.interval_s, left))
+            except TimeoutError:
+                pass
             self._report(timeline)
             if rec is not None:
                 result = recover(timeline, SloSpec(self.spec.slos.slos, rec))
@@ -340,6 +350,8 @@ class Runner:
                 if breach:
                     self._state.stop = {"kind": "stop_condition", **breach}
             self._report(timeline)
+            if self._ticked is not None:
+                self._ticked.set()
 
         return on_tick
 
@@ -413,6 +425,7 @@ class Runner:
             time_to_recover_s=recovery.time_to_recover_s if recovery else None,
             recovered=recovery.recovered if recovery else None,
             recovery_within_s=spec.slos.recovery.within_s if spec.slos.recovery else None,
+            recovery_confirmed_at=recovery.confirmed_at if recovery else None,
         )
         status, reason = self._status(evaluation, fault_outcome, recovery)
         breach_at = evaluation.detection.at if evaluation.detection else (timeline.marks.get(Mark.INJECTED) or started)

@@ -46,6 +46,9 @@ class Timing:
     recovered: bool | None = None
     recovery_within_s: float | None = None
     detected_by: str | None = None
+    # Epoch time the steady SLOs had held for hold_s: when recovery was known, and the end
+    # of the recovery window a game day has to wait through.
+    recovery_confirmed_at: float | None = None
 
 
 @dataclass

@@ -80,6 +80,7 @@ class TimingRecord:
     recovered: bool | None = None
     recovery_within_s: float | None = None
     detected_by: str | None = None
+    recovery_confirmed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -346,7 +347,7 @@ def _fault(f: _Fields, entry: Mapping[str, Any] | None) -> FaultRecord | None:
 
 
 def _timing(f: _Fields, entry: Mapping[str, Any]) -> TimingRecord:
-    entry = _defaults(entry, recovered=None, recovery_within_s=None, detected_by=None)
+    entry = _defaults(entry, recovered=None, recovery_within_s=None, detected_by=None, recovery_confirmed_at=None)
     w = "timing."
     return TimingRecord(
         time_to_detect_s=f.opt_number(entry, "time_to_detect_s", w),
@@ -354,6 +355,7 @@ def _timing(f: _Fields, entry: Mapping[str, Any]) -> TimingRecord:
         recovered=f.opt_flag(entry, "recovered", w),
         recovery_within_s=f.opt_number(entry, "recovery_within_s", w),
         detected_by=f.opt_text(entry, "detected_by", w),
+        recovery_confirmed_at=f.opt_number(entry, "recovery_confirmed_at", w),
     )
 
 

@@ -6,7 +6,7 @@ import csv
 import json
 
 import pytest
-from runner_fakes import EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
+from runner_fakes import DEFAULT_RECOVERY, EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
 
 JOURNAL_KEYS = {"chaoslib-version", "experiment", "start", "end", "status", "deviated", "steady_states", "run",
                 "rollbacks"}  # fmt: skip
@@ -85,7 +85,11 @@ def test_verdict_json_has_the_design_keys(passed_run: RunResult) -> None:
         assert {"name", "layer", "phase", "ok", "observed", "op", "threshold"} <= set(slo), slo
         assert slo["ok"] is True, slo
     assert {"time_to_detect_s", "time_to_recover_s"} <= set(verdict["timing"])
-    assert verdict["timing"]["time_to_recover_s"] is not None
+    timing = verdict["timing"]
+    assert timing["time_to_recover_s"] is not None
+    # Recovery is confirmed once the steady SLOs have held for hold_s after recovering.
+    recovered_at = verdict["phases"]["reverted"] + timing["time_to_recover_s"]
+    assert timing["recovery_confirmed_at"] == pytest.approx(recovered_at + DEFAULT_RECOVERY["hold_s"])
     assert {"layer", "reason"} <= set(verdict["triage"])
     # The KV cache the fault filled is what triage names.
     assert verdict["triage"]["layer"] == "vllm", verdict["triage"]
