@@ -143,14 +143,14 @@ def prompt_tokens(target: Target) -> int:
 
 
 def run_locust(
-    target: Target, concurrency: int, duration_s: int, output_tokens: int, folder: Path
+    target: Target, concurrency: int, duration_s: int, output_tokens: int, folder: Path, spawn_rate: float
 ) -> ClientRun:
     """Our Locust chat users, closed loop at ``concurrency``, for ``duration_s`` seconds."""
     prefix = folder / "locust"
     argv = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--host", target.url, "--csv", str(prefix), "--load-profile", "steady",
-        "-u", str(concurrency), "-r", str(concurrency), "-t", f"{duration_s}s", "--model", target.model,
+        "-u", str(concurrency), "-r", str(spawn_rate), "-t", f"{duration_s}s", "--model", target.model,
         "--chat-max-tokens", str(output_tokens), "--ignore-eos", "--no-think-time", "ChatUser",
     ]  # fmt: skip
     cpu, wall = _timed("locust", argv, folder / "locust.log")
@@ -212,6 +212,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="Streams in flight, for both clients.")
     parser.add_argument("--duration", type=int, default=60, help="Seconds of Locust load.")
     parser.add_argument("--output-tokens", type=int, default=16, help="Tokens generated per request.")
+    parser.add_argument(
+        "--spawn-rate", type=float, default=0.0,
+        help="Locust users started per second (default: all at once, as vllm bench serve sends its "
+             "first --max-concurrency requests together).",
+    )  # fmt: skip
     parser.add_argument("--url", default="", help="A vLLM server to measure instead of the local replica.")
     parser.add_argument("--model", default="", help="Served model name (with --url).")
     parser.add_argument("--tokenizer", default="", help="Tokenizer folder or name for vllm bench serve.")
@@ -228,8 +233,9 @@ def main() -> None:
     parts = {name: folder / name for name in ("locust", "locust-small", "vllm", "vllm-small")}
     for path in parts.values():
         path.mkdir(exist_ok=True)
-    ours = run_locust(target, args.concurrency, args.duration, args.output_tokens, parts["locust"])
-    ours_small = run_locust(target, args.concurrency, 3, args.output_tokens, parts["locust-small"])
+    spawn_rate = args.spawn_rate or 1000.0 * args.concurrency
+    ours = run_locust(target, args.concurrency, args.duration, args.output_tokens, parts["locust"], spawn_rate)
+    ours_small = run_locust(target, args.concurrency, 3, args.output_tokens, parts["locust-small"], spawn_rate)
     theirs = run_vllm_bench(
         target, args.concurrency, ours.requests, input_tokens, args.output_tokens, parts["vllm"]
     )

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from inferchaos.errors import ProbeError
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferchaos.errors import ProbeError
 from steady_state.vllm import READ_FAMILIES, Histogram, histogram_quantile, parse_metrics, read_families_only
 
 
