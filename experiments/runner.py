@@ -40,6 +40,8 @@ from steady_state.triage import triage
 logger = logging.getLogger(__name__)
 
 ProgressFn = Callable[[str], None]
+# Seconds after a breach in which triage still looks for its cause (see steady_state.triage).
+TRIAGE_LOOKAHEAD_S = 10.0
 # (env, canary rate) -> (every probe to sample, the canary among them, which must be started)
 ProbeFactory = Callable[[Any, float], tuple[list[Probe], Any]]
 NO_EFFECT = "fault had no observable effect"
@@ -430,7 +432,17 @@ class Runner:
         status, reason = self._status(evaluation, fault_outcome, recovery)
         breach_at = evaluation.detection.at if evaluation.detection else (timeline.marks.get(Mark.INJECTED) or started)
         injected = timeline.marks.get(Mark.INJECTED)
-        triage_result = triage(timeline, breach_at, since=injected, thresholds=triage_thresholds(spec)) if injected else None
+        # Without a breach, the fault's own symptom is looked for over the whole fault window:
+        # some surface late (a kind node turns NotReady ~40 s after its container stops).
+        reverted = timeline.marks.get(Mark.REVERTED)
+        lookahead_s = TRIAGE_LOOKAHEAD_S
+        if not evaluation.detection and reverted is not None:
+            lookahead_s = max(lookahead_s, reverted - breach_at + 5.0)
+        triage_result = (
+            triage(timeline, breach_at, since=injected, lookahead_s=lookahead_s, thresholds=triage_thresholds(spec))
+            if injected
+            else None
+        )
         return Verdict(
             experiment=spec.name,
             title=spec.title,
