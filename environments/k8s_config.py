@@ -19,10 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from faults.k8s.allowlist import K8sAllowList
+from inferchaos.config_files import read_config_mapping
 from inferchaos.errors import ConfigError
 
 K8S_ENVS = ("kind", "cluster")
@@ -122,14 +122,7 @@ def load_k8s_env_config(path: Path, env_name: str) -> K8sEnvConfig:
     """Read and validate ``path`` for ``env_name`` (kind or cluster); ConfigError on any problem."""
     if env_name not in K8S_ENVS:
         raise ConfigError(f"{path}: {env_name!r} is not a Kubernetes environment ({', '.join(K8S_ENVS)})")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"{path}: no such config file") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: YAML syntax error: {str(e).splitlines()[0]}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a mapping")
+    data = read_config_mapping(path)
     if "allow" not in data:
         raise ConfigError(f"{path}: allow: required for the {env_name} environment; there is no default")
     data.setdefault("env", env_name)

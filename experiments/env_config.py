@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from inferchaos.config_files import read_config_mapping
 from inferchaos.errors import ConfigError
 
 
@@ -31,14 +30,7 @@ class EnvConfig:
 
 def load_env_config(path: Path, env_name: str) -> EnvConfig:
     """Read and validate an environment config; kind and cluster need an explicit allow-list."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"{path}: no such config file") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: YAML syntax error: {str(e).splitlines()[0]}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a mapping")
+    data = read_config_mapping(path)
     allow = data.get("allow")
     if allow is None:
         if env_name in ("kind", "cluster"):
