@@ -43,12 +43,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import httpx
 
 from inferchaos.errors import EnvironmentError_, InferchaosError
+from steady_state.vllm import Histogram, parse_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +94,10 @@ class ClientRun:
     ttft_p95_s: float
     cpu_s: float
     wall_s: float
+    # The replica's own TTFT histogram over the same run (vllm:time_to_first_token_seconds):
+    # arrival at the server to first token, the referee of both clients' figures.
+    server_p50_s: float | None = None
+    server_p95_s: float | None = None
 
 
 def _children_cpu_s() -> float:
@@ -111,6 +118,24 @@ def _timed(name: str, argv: list[str], log: Path) -> tuple[float, float]:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
         raise BenchError(f"{name} exited with {result.returncode}; {log} ends with:\n{tail}")
     return cpu, wall
+
+
+def server_ttft(target: Target) -> Histogram:
+    """The replica's cumulative TTFT histogram now."""
+    try:
+        response = httpx.get(f"{target.url}/metrics", timeout=30)
+        response.raise_for_status()
+    except httpx.HTTPError as e:
+        raise BenchError(f"{target.url}/metrics could not be read: {e}") from e
+    return parse_metrics(response.text).ttft
+
+
+def refereed(run: Callable[[], ClientRun], target: Target) -> ClientRun:
+    """``run`` with the server's own TTFT quantiles over it."""
+    before = server_ttft(target)
+    result = run()
+    during = server_ttft(target).since(before)
+    return replace(result, server_p50_s=during.quantile(0.5), server_p95_s=during.quantile(0.95))
 
 
 def find_target(args: argparse.Namespace) -> Target:
@@ -278,10 +303,10 @@ def main() -> None:
 
     rounds = []
     for index in range(args.rounds):
-        ours = run_locust(target, args.user, args.concurrency, args.duration, args.output_tokens,
-                          part(f"locust-{index}"), spawn_rate)  # fmt: skip
-        theirs = run_vllm_bench(target, args.concurrency, ours.requests, input_tokens, args.output_tokens,
-                                part(f"vllm-{index}"))  # fmt: skip
+        ours = refereed(partial(run_locust, target, args.user, args.concurrency, args.duration, args.output_tokens,
+                                part(f"locust-{index}"), spawn_rate), target)  # fmt: skip
+        theirs = refereed(partial(run_vllm_bench, target, args.concurrency, ours.requests, input_tokens,
+                                  args.output_tokens, part(f"vllm-{index}")), target)  # fmt: skip
         rounds.append(Round(ours, theirs))
         logger.info("round %d: TTFT p50 %.4f vs %.4f s, p95 %.4f vs %.4f s", index + 1, ours.ttft_p50_s,
                     theirs.ttft_p50_s, ours.ttft_p95_s, theirs.ttft_p95_s)  # fmt: skip
@@ -293,13 +318,14 @@ def main() -> None:
     print(f"\nload fidelity against {target.url} ({target.model}), {args.user} user, concurrency "
           f"{args.concurrency}, {input_tokens} prompt tokens, {args.output_tokens} output tokens")  # fmt: skip
     print(f"{'round':<7}{'client':<18}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
-          f"{'p50 ratio':>11}{'p95 ratio':>11}")  # fmt: skip
+          f"{'server p50':>12}{'server p95':>12}{'p50 ratio':>11}{'p95 ratio':>11}")  # fmt: skip
     for index, r in enumerate(rounds, 1):
         for name, run in (("locust (ours)", r.ours), ("vllm bench serve", r.theirs)):
             ratios = (f"{_ratio(r.ours.ttft_p50_s, r.theirs.ttft_p50_s):>11.2f}"
                       f"{_ratio(r.ours.ttft_p95_s, r.theirs.ttft_p95_s):>11.2f}") if run is r.theirs else ""  # fmt: skip
             print(f"{index:<7}{name:<18}{run.requests:>9}{run.failed:>8}{run.ttft_p50_s:>10.3f}s"
-                  f"{run.ttft_p95_s:>10.3f}s{ratios}")  # fmt: skip
+                  f"{run.ttft_p95_s:>10.3f}s{_seconds(run.server_p50_s):>12}{_seconds(run.server_p95_s):>12}"
+                  f"{ratios}")  # fmt: skip
     p50 = statistics.median(_ratio(r.ours.ttft_p50_s, r.theirs.ttft_p50_s) for r in rounds)
     p95 = statistics.median(_ratio(r.ours.ttft_p95_s, r.theirs.ttft_p95_s) for r in rounds)
     print(f"TTFT ratio ours/vllm, median of {len(rounds)} rounds: p50 {p50:.2f}, p95 {p95:.2f}  (target 0.90-1.10)")
@@ -325,6 +351,10 @@ def _summed(runs: list[ClientRun]) -> ClientRun:
         cpu_s=sum(r.cpu_s for r in runs),
         wall_s=sum(r.wall_s for r in runs),
     )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
 
 
 def _ratio(ours: float, theirs: float) -> float:
