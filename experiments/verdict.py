@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from inferchaos.status import Status
+
+__all__ = ["EXIT_CODES", "EXIT_INTERRUPTED", "SCHEMA_VERSION", "Status", "Timing", "Verdict"]
+
 SCHEMA_VERSION = 1
-
-
-class Status(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-    ERROR = "error"
 
 
 EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.ABORTED: 1, Status.ERROR: 2}

@@ -10,13 +10,13 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from reports.load import RunStatus
+from reports.load import Status
 
-STATUS_COLOURS: dict[RunStatus, str] = {
-    RunStatus.PASSED: "#15803d",
-    RunStatus.FAILED: "#b91c1c",
-    RunStatus.ABORTED: "#b45309",
-    RunStatus.ERROR: "#6b21a8",
+STATUS_COLOURS: dict[Status, str] = {
+    Status.PASSED: "#15803d",
+    Status.FAILED: "#b91c1c",
+    Status.ABORTED: "#b45309",
+    Status.ERROR: "#6b21a8",
 }
 
 # The page loads nothing: this policy makes a browser refuse (and log) any request a future

@@ -16,7 +16,7 @@ from pathlib import Path
 from reports import formatting as fmt
 from reports.errors import ReportError
 from reports.htmlkit import STATUS_COLOURS, Raw, esc, join, page, state, table, tag
-from reports.load import VERDICT, RunStatus, VerdictRecord, load_verdict
+from reports.load import VERDICT, Status, VerdictRecord, load_verdict
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _history(runs: Sequence[IndexedRun], scenarios: Sequence[str]) -> Raw:
     rows = []
     for name in scenarios:
         mine = [r for r in runs if r.verdict.experiment == name]
-        passed = sum(r.verdict.status is RunStatus.PASSED for r in mine)
+        passed = sum(r.verdict.status is Status.PASSED for r in mine)
         ttrs = [r.verdict.timing.time_to_recover_s for r in reversed(mine)]
         rows.append((name, _cells(mine), f"{passed} of {len(mine)}", sparkline(ttrs)))
     return table(["scenario", "runs, newest first", "passed", "time to recover trend (oldest to newest)"], rows,

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from reports import formatting as fmt
-from reports.load import RunRecord, RunStatus
+from reports.load import RunRecord, Status
 from steady_state.slo import Phase
 
 EFFECT_CASE = "fault had an observable effect"
@@ -45,9 +45,9 @@ class Case:
 def _not_run(run: RunRecord, classname: str, name: str) -> Case:
     """A testcase whose part of the run never happened."""
     status, reason = run.verdict.status, run.verdict.reason
-    if status is RunStatus.ERROR:
+    if status is Status.ERROR:
         return Case(classname, name, Outcome.ERROR, f"run error: {reason}", "RunError")
-    if status is RunStatus.ABORTED:
+    if status is Status.ABORTED:
         return Case(classname, name, Outcome.SKIPPED, f"run aborted: {reason}")
     # A passed or failed run that still skipped a phase (killed before the revert, say) has
     # left this part untested: that is a failure of the run, not a pass.

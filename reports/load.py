@@ -12,12 +12,12 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError
+from inferchaos.status import Status
 from reports.errors import ReportError
 from steady_state.slo import Op, Phase
 from steady_state.timeline import Mark, Timeline, read_timeline
@@ -31,16 +31,6 @@ RUN_FILES: tuple[str, ...] = (JOURNAL, TIMELINE, VERDICT)
 
 # The verdict.json schema versions this reader understands (experiments/verdict.py SCHEMA_VERSION).
 SUPPORTED_SCHEMAS: frozenset[int] = frozenset({1})
-
-
-class RunStatus(StrEnum):
-    """verdict.json ``status`` (the same names as experiments.verdict.Status, which reports must
-    not import: experiments imports reports, never the other way round)."""
-
-    PASSED = "passed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-    ERROR = "error"
 
 
 @dataclass(frozen=True)
@@ -99,7 +89,7 @@ class VerdictRecord:
     experiment: str
     title: str
     env: str
-    status: RunStatus
+    status: Status
     reason: str
     started_at: float
     ended_at: float
@@ -387,7 +377,7 @@ def load_verdict(path: Path) -> VerdictRecord:
         experiment=f.text(data, "experiment"),
         title=f.text(data, "title"),
         env=f.text(data, "env"),
-        status=RunStatus(f.choice(data, "status", "", [s.value for s in RunStatus])),
+        status=Status(f.choice(data, "status", "", [s.value for s in Status])),
         reason=f.text(data, "reason"),
         started_at=f.number(data, "started_at"),
         ended_at=f.number(data, "ended_at"),

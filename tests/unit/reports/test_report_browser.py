@@ -17,7 +17,7 @@ import pytest
 from matplotlib.image import imread
 
 from reports.htmlkit import STATUS_COLOURS
-from reports.load import RunStatus
+from reports.load import Status
 from reports.render import render_run
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
@@ -79,6 +79,6 @@ def test_report_loads_offline_without_console_errors_and_is_not_blank(
     assert not_white > 0.05, f"only {not_white:.1%} of the page is not white"
     assert colours > 100, f"only {colours} distinct colours"
     # The verdict banner sits at the top in the failed status colour.
-    red = tuple(int(STATUS_COLOURS[RunStatus.FAILED][i : i + 2], 16) for i in (1, 3, 5))
+    red = tuple(int(STATUS_COLOURS[Status.FAILED][i : i + 2], 16) for i in (1, 3, 5))
     top = image[:200].reshape(-1, 3)
     assert np.all(top == red, axis=1).mean() > 0.05

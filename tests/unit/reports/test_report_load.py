@@ -10,7 +10,7 @@ import pytest
 from report_helpers import RUN_NAMES, edit_json
 
 from inferchaos.errors import InferchaosError
-from reports.load import RunStatus, load_run
+from reports.load import Status, load_run
 from reports.render import ReportError, render_run
 from steady_state.slo import Phase
 
@@ -127,7 +127,7 @@ def test_optional_verdict_keys_beyond_the_design_minimum_may_be_absent(
 
     edit_json(run_dir / "verdict.json", minimal)
     run = load_run(run_dir)
-    assert run.verdict.status is RunStatus.FAILED
+    assert run.verdict.status is Status.FAILED
     assert all(s.samples is None and s.reason == "" for s in run.verdict.slos)
     assert run.verdict.timing.recovery_within_s is None
 

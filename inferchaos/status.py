@@ -1,0 +1,14 @@
+"""The status of a run, shared by the runner that decides it and the reports that read it back."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """verdict.json ``status`` (design.md "Run output")."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    ERROR = "error"
