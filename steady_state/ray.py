@@ -58,6 +58,13 @@ class RayProbe:
         # When each group was first seen PENDING: Ray keeps no such timestamp we can read.
         self._pending_since: dict[str, float] = {}
         self._pool = ThreadPoolExecutor(max_workers=2 + len(LIVE_ACTOR_STATES), thread_name_prefix="ray-probe")
+        # Snapshots run on a thread of their own, one at a time. A busy dashboard can take
+        # longer than the sampler waits; a new snapshot per tick would then pile up blocked
+        # threads, and in asyncio's default executor they starved everything else that needs
+        # it (httpx resolves every new connection's address there): a kv_flood run saw its
+        # canary and vLLM reads stall for 5 s.
+        self._snapshotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-snapshot")
+        self._in_flight: asyncio.Future[RaySnapshot] | None = None
 
     def snapshot(self) -> RaySnapshot:
         """One blocking read of every Ray fact this probe reports."""
@@ -114,9 +121,20 @@ class RayProbe:
         )
 
     async def read(self) -> list[Sample]:
-        """Samples named as in steady_state/catalog.py (``ray.*``)."""
-        snap = await asyncio.to_thread(self.snapshot)
-        return snapshot_samples(snap)
+        """Samples named as in steady_state/catalog.py (``ray.*``).
+
+        If the previous read is still running (the sampler stopped waiting for it), this
+        read waits for that snapshot instead of starting another one.
+        """
+        previous = self._in_flight
+        if previous is not None and previous.done():
+            if not previous.cancelled():
+                previous.exception()  # reported by the read that awaited it, or superseded
+            previous = None
+        if previous is None:
+            previous = self._in_flight = asyncio.get_running_loop().run_in_executor(self._snapshotter, self.snapshot)
+        # Shielded: the sampler's timeout must not cancel the snapshot the next read will use.
+        return snapshot_samples(await asyncio.shield(previous))
 
 
 def snapshot_samples(snap: RaySnapshot) -> list[Sample]:
