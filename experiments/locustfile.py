@@ -113,6 +113,14 @@ class Settings:
     long_max_tokens: int = 32
     long_prompt_words: int = 120
     ignore_eos: bool = False
+    max_tokens_range_ratio: float = 0.0
+
+    def max_tokens(self, mean: int) -> int:
+        """One request's max_tokens: ``mean``, or uniform in mean x [1 - r, 1 + r] with a range ratio."""
+        r = self.max_tokens_range_ratio
+        if not r:
+            return mean
+        return random.randint(max(1, math.floor(mean * (1 - r))), max(1, math.ceil(mean * (1 + r))))
 
 
 SETTINGS = Settings()
@@ -133,6 +141,10 @@ def _add_arguments(parser: Any) -> None:
         help="Words in the long-context prompt (about 5 tokens each for the tiny local model).")  # fmt: skip
     add("--ignore-eos", action="store_true",
         help="Ask vLLM to generate exactly max_tokens (its ignore_eos), as `vllm bench serve --ignore-eos`.")  # fmt: skip
+    add("--max-tokens-range-ratio", type=float, default=0.0,
+        help="Draw each request's max_tokens uniformly from max-tokens x [1 - r, 1 + r] (0 <= r < 1), as "
+             "`vllm bench serve --random-range-ratio` does: with equal lengths and no think time, streams "
+             "finish together and their prompts arrive in lockstep.")  # fmt: skip
     add("--no-think-time", action="store_true",
         help="Users send their next request at once: a closed loop of -u requests, like --max-concurrency.")  # fmt: skip
     add("--ramp-seconds", type=float, default=60.0, help="ramp: seconds to reach -u users.")
@@ -253,7 +265,7 @@ class ChatUser(FastHttpUser):
 
     @task
     def chat(self) -> None:
-        stream_completion(self, random.choice(CHAT_PROMPTS), SETTINGS.chat_max_tokens)
+        stream_completion(self, random.choice(CHAT_PROMPTS), SETTINGS.max_tokens(SETTINGS.chat_max_tokens))
 
 
 class LongContextUser(FastHttpUser):
@@ -266,7 +278,7 @@ class LongContextUser(FastHttpUser):
     def summarise(self) -> None:
         start = random.randrange(len(LONG_WORDS))
         words = itertools.islice(itertools.cycle(LONG_WORDS), start, start + SETTINGS.long_prompt_words)
-        stream_completion(self, "Summarise: " + " ".join(words), SETTINGS.long_max_tokens)
+        stream_completion(self, "Summarise: " + " ".join(words), SETTINGS.max_tokens(SETTINGS.long_max_tokens))
 
 
 # -- load shapes ---------------------------------------------------------------------------
@@ -540,6 +552,7 @@ def _on_init(environment: Environment, runner: Runner, **_kwargs: Any) -> None:
     SETTINGS.long_max_tokens = options.long_max_tokens
     SETTINGS.long_prompt_words = options.long_prompt_words
     SETTINGS.ignore_eos = options.ignore_eos
+    SETTINGS.max_tokens_range_ratio = options.max_tokens_range_ratio
     for user_class in (ChatUser, LongContextUser):
         user_class.network_timeout = options.request_timeout
         if options.no_think_time:
@@ -547,6 +560,8 @@ def _on_init(environment: Environment, runner: Runner, **_kwargs: Any) -> None:
     if isinstance(runner, WorkerRunner):
         return
     try:
+        if not 0.0 <= options.max_tokens_range_ratio < 1.0:
+            raise ConfigError(f"--max-tokens-range-ratio must be in [0, 1), got {options.max_tokens_range_ratio:g}")
         _select_profile(environment, runner)
         ChaosPlan.from_options(options)  # fail before any load is sent
     except ConfigError as e:

@@ -54,7 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, good_server: FakeOpenAIServer
         flaky=start_locust(
             flaky_server.url,
             base / "flaky",
-            *"-u 2 -r 2 -t 6s --ignore-eos --no-think-time --model".split(),
+            *"-u 2 -r 2 -t 6s --ignore-eos --no-think-time --chat-max-tokens 8 --long-max-tokens 8 --max-tokens-range-ratio 0.5 --model".split(),
             FLAKY_MODEL,
         ),
         spike=start_locust(

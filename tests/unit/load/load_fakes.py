@@ -37,6 +37,7 @@ class FakeBehaviour:
     models_seen: list[str] = field(default_factory=list)
     prompt_chars: list[int] = field(default_factory=list)
     ignore_eos_seen: list[bool] = field(default_factory=list)
+    max_tokens_seen: list[int] = field(default_factory=list)
 
 
 def _event(payload: dict | str) -> bytes:
@@ -56,6 +57,7 @@ def build_app(behaviour: FakeBehaviour) -> web.Application:
         behaviour.models_seen.append(str(body.get("model")))
         behaviour.prompt_chars.append(len(str(body.get("prompt", ""))))
         behaviour.ignore_eos_seen.append(bool(body.get("ignore_eos")))
+        behaviour.max_tokens_seen.append(int(body.get("max_tokens", 0)))
         if behaviour.fail_every and behaviour.completions % behaviour.fail_every == 0:
             return web.json_response({"error": "injected failure"}, status=500)
         if not body.get("stream"):

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from load_fakes import FAKE_MODEL, FakeOpenAIServer
+from load_fakes import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 from load_helpers import FLAKY_MODEL, LOCUSTFILE, REPO, Runs
 
 from experiments.load import LOAD_PROFILES
@@ -115,6 +115,33 @@ def test_ignore_eos_is_sent_only_when_asked(
 ) -> None:
     assert good_server.behaviour.ignore_eos_seen and not any(good_server.behaviour.ignore_eos_seen)
     assert flaky_server.behaviour.ignore_eos_seen and all(flaky_server.behaviour.ignore_eos_seen)
+
+
+def test_max_tokens_is_fixed_unless_a_range_ratio_is_given(
+    good_server: FakeOpenAIServer, flaky_server: FakeOpenAIServer
+) -> None:
+    # The defaults: 16 for the chat user, 32 for the long-context user.
+    assert set(good_server.behaviour.max_tokens_seen) <= {16, 32}
+    assert 16 in good_server.behaviour.max_tokens_seen
+    # max_tokens 8 and range ratio 0.5: uniform over 4..12, as vllm bench serve draws.
+    seen = flaky_server.behaviour.max_tokens_seen
+    assert min(seen) >= 4 and max(seen) <= 12, sorted(set(seen))
+    assert len(set(seen)) >= 5, sorted(set(seen))
+
+
+def test_range_ratio_outside_0_to_1_is_refused_before_any_load() -> None:
+    server = FakeOpenAIServer(FakeBehaviour()).start()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", server.url,
+             "-u", "1", "-t", "3s", "--max-tokens-range-ratio", "1.5"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert result.returncode == 2, result.stderr
+    assert "--max-tokens-range-ratio must be in [0, 1), got 1.5" in result.stderr
+    assert server.behaviour.completions == 0
 
 
 def test_without_think_time_users_send_back_to_back(runs: Runs) -> None:
