@@ -98,9 +98,24 @@ def _load_ray(env: LocalEnvironment, actors: int, idle: int, groups: int) -> tup
     ]
     # Infeasible on purpose: they stay PENDING, as stalled groups do.
     pgs = [placement_group([{"GPU": 1000.0}], strategy="PACK") for _ in range(groups)]
-    time.sleep(3)  # let the GCS register every record before sampling starts
+    _wait_registered(actors, groups)
     return handles, pgs
 
+
+def _wait_registered(actors: int, groups: int, timeout_s: float = 120.0) -> None:
+    """Until the state API lists every bench actor and pending group, so sampling sees the full load."""
+    from ray.util.state import list_actors, list_placement_groups
+
+    def registered() -> bool:
+        listed = len(list_actors(filters=[("ray_namespace", "=", "inferchaos-bench")], limit=actors + 100,
+                                 raise_on_missing_output=False))  # fmt: skip
+        pending = len(list_placement_groups(filters=[("state", "=", "PENDING")], limit=groups + 100,
+                                            raise_on_missing_output=False))  # fmt: skip
+        print(f"  GCS lists {listed}/{actors} bench actors, {pending}/{groups} pending groups", flush=True)
+        return listed >= actors and pending >= groups
+
+    if wait_until(registered, timeout_s, interval_s=1.0) is None:
+        raise SystemExit(f"probe_cost: the GCS did not list the bench's actors and groups within {timeout_s:.0f} s")
 
 def _unload_ray(handles: list[Any], pgs: list[Any]) -> None:
     import ray
