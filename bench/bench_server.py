@@ -26,7 +26,7 @@ from inferchaos.errors import EnvironmentError_
 
 logger = logging.getLogger(__name__)
 
-# 8 layers of width 512 (~25 M parameters): TTFT p50 ~40 ms at concurrency 4 on 2 cores.
+# 8 layers of width 512 (~25 M parameters): TTFT 25-45 ms at concurrency 4 on 2 cores.
 BENCH_MODEL = TinyModelSpec(layers=8, hidden_size=512, heads=8, kv_heads=8, intermediate_size=1024)
 KV_CACHE_TOKENS = 4096
 READY_TIMEOUT_S = 300.0

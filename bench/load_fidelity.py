@@ -54,6 +54,7 @@ import csv
 import json
 import logging
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -348,6 +349,8 @@ def main() -> None:
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="load-fidelity-"))
     folder.mkdir(parents=True, exist_ok=True)
+    # A SIGTERM must unwind like Ctrl-C, so the bench's own server is ended, not orphaned.
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     with serving(args, folder) as target:
         measure(args, target, folder)
 
@@ -433,6 +436,10 @@ def _summed(runs: list[ClientRun]) -> ClientRun:
         cpu_s=sum(r.cpu_s for r in runs),
         wall_s=sum(r.wall_s for r in runs),
     )
+
+
+def _sigterm_as_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _seconds(value: float | None) -> str:
