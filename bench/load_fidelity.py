@@ -456,3 +456,6 @@ if __name__ == "__main__":
     except InferchaosError as e:
         print(f"load_fidelity: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("load_fidelity: interrupted; the clients and the bench's server are ended", file=sys.stderr)
+        sys.exit(130)
