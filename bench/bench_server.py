@@ -34,54 +34,57 @@ READY_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class BenchServer:
-    """A running server: where it answers and what it serves."""
+    """A running server: where it answers, what it serves, and how long it took to start."""
 
     url: str
     model: str
     model_dir: Path
     pid: int
+    ready_after_s: float  # from the process start to the first /health 200
 
 
 @contextmanager
-def bench_server(spec: TinyModelSpec = BENCH_MODEL, log_dir: Path | None = None) -> Iterator[BenchServer]:
+def bench_server(
+    spec: TinyModelSpec = BENCH_MODEL, log_dir: Path | None = None, kv_cache_tokens: int = KV_CACHE_TOKENS
+) -> Iterator[BenchServer]:
     """Generate ``spec`` (once, cached), serve it on a free loopback port, end it on exit.
 
-    The server is a process group of its own and is ended by its pid, also when the bench
-    fails or is interrupted.
+    The server starts as a replica's does (same command and environment) and is a process
+    group of its own, ended by its pid, also when the bench fails or is interrupted. The
+    model is generated before the clock of ``ready_after_s`` starts.
     """
     model_dir = ensure_model(spec)
     port = free_port()
     launch = ReplicaLaunch(
         model_dir=str(model_dir), served_model_name=spec.name, max_model_len=spec.max_model_len,
-        kv_cache_bytes=KV_CACHE_TOKENS * spec.kv_bytes_per_token, base_port=port, state_dir="", max_slots=1,
+        kv_cache_bytes=kv_cache_tokens * spec.kv_bytes_per_token, base_port=port, state_dir="", max_slots=1,
     )  # fmt: skip
     log = (log_dir or Path(tempfile.mkdtemp(prefix="bench-server-"))) / "vllm-server.log"
+    url = f"http://127.0.0.1:{port}"
+    logger.info("starting a vLLM server for %s on %s (log %s)", spec.name, url, log)
+    started = time.monotonic()
     pid = spawn_process_group(vllm_argv(launch, port), vllm_env(), log)
-    server = BenchServer(url=f"http://127.0.0.1:{port}", model=spec.name, model_dir=model_dir, pid=pid)
     try:
-        _wait_ready(server, log)
-        yield server
+        _wait_ready(url, pid, log, started)
+        yield BenchServer(url, spec.name, model_dir, pid, ready_after_s=time.monotonic() - started)
     finally:
         stop_process_group(pid)
         logger.info("bench server pid %d ended", pid)
 
 
-def _wait_ready(server: BenchServer, log: Path) -> None:
-    logger.info("starting a vLLM server for %s on %s (log %s)", server.model, server.url, log)
-    started = time.monotonic()
+def _wait_ready(url: str, pid: int, log: Path, started: float) -> None:
     last_note = started
     while time.monotonic() - started < READY_TIMEOUT_S:
         try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                logger.info("server ready after %.0f s", time.monotonic() - started)
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                logger.info("server ready after %.1f s", time.monotonic() - started)
                 return
         except httpx.HTTPError:
             pass  # not listening yet
-        if not pid_alive(server.pid):
+        if not pid_alive(pid):
             raise EnvironmentError_(f"the bench's vLLM server exited while starting; see {log}")
         if time.monotonic() - last_note >= 15:
             logger.info("still waiting for the server (%.0f s)", time.monotonic() - started)
             last_note = time.monotonic()
-        time.sleep(1.0)
+        time.sleep(0.25)  # the poll interval bounds the error of ready_after_s
     raise EnvironmentError_(f"the bench's vLLM server was not ready in {READY_TIMEOUT_S:.0f} s; see {log}")
-

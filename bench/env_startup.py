@@ -17,51 +17,18 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from bench_server import bench_server  # bench/, the folder of this script
 
 from environments.local.config import LocalEnvConfig
 from environments.local.env import LocalEnvironment
 from environments.local.model import ensure_model
-from environments.local.processes import (
-    ENV_MARKER,
-    free_port,
-    kill_tree_now,
-    processes_with_marker,
-    spawn_process_group,
-)
-from environments.local.serve_app import ReplicaLaunch, vllm_argv, vllm_env
+from environments.local.processes import free_port, processes_with_marker
 
 
 def cold_start_one_replica(config: LocalEnvConfig, home: Path) -> float:
     """Start one vLLM server exactly as a replica does, alone, and time it to /health 200."""
-    model = ensure_model(config.model)
-    port = free_port()
-    launch = ReplicaLaunch(
-        model_dir=str(model),
-        served_model_name="tiny-llama",
-        max_model_len=config.model.max_model_len,
-        kv_cache_bytes=config.kv_cache_bytes,
-        base_port=port,
-        state_dir=str(home),
-        max_slots=1,
-    )
-    env = {**vllm_env(), ENV_MARKER: "bench-cold-start"}
-    started = time.monotonic()
-    pid = spawn_process_group(vllm_argv(launch, port), env, home / "cold-start.log")
-    try:
-        while time.monotonic() - started < 300:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    return time.monotonic() - started
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise SystemExit("vLLM did not become healthy within 300 s; see cold-start.log")
-    finally:
-        kill_tree_now(pid)
-        for proc in processes_with_marker("bench-cold-start"):
-            proc.kill()
-
+    with bench_server(config.model, log_dir=home, kv_cache_tokens=config.kv_cache_tokens) as server:
+        return server.ready_after_s
 
 def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="inferchaos-bench-"))
