@@ -30,6 +30,7 @@ def cold_start_one_replica(config: LocalEnvConfig, home: Path) -> float:
     with bench_server(config.model, log_dir=home, kv_cache_tokens=config.kv_cache_tokens) as server:
         return server.ready_after_s
 
+
 def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="inferchaos-bench-"))
     os.environ["INFERCHAOS_HOME"] = str(home)
@@ -52,7 +53,9 @@ def main() -> None:
     print(f"replica cold start (alone)      : {cold:7.1f} s")
     print(f"environment ready (all parts)   : {ready:7.1f} s   (target <= 120 s)")
     print(f"ready / one replica cold start  : {ready / cold:7.2f}     (target <= 1.3)")
-    print(f"environment RSS at rest         : {rss / 2**30:7.2f} GiB ({len(procs)} processes; target <= 8 GiB)")
+    print(
+        f"environment RSS at rest         : {rss / 2**30:7.2f} GiB ({len(procs)} processes; target <= 8 GiB)"
+    )
 
 
 if __name__ == "__main__":

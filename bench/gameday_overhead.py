@@ -70,7 +70,9 @@ def main() -> None:
     if not runs:
         print(result.stdout[-3000:], result.stderr[-3000:])
         return
-    print(f"{'scenario':18s} {'status':8s} {'baseline':>9s} {'fault':>7s} {'recovery':>9s} {'run wall':>9s} {'overhead':>9s}")
+    print(
+        f"{'scenario':18s} {'status':8s} {'baseline':>9s} {'fault':>7s} {'recovery':>9s} {'run wall':>9s} {'overhead':>9s}"
+    )
     for w in runs:
         run_wall = w.ended_at - w.started_at
         print(f"{w.name:18s} {w.status:8s} {w.baseline_s:8.1f}s {w.fault_s:6.1f}s {w.recovery_s:8.1f}s "

@@ -183,7 +183,9 @@ def serving(args: argparse.Namespace, folder: Path) -> Iterator[Target]:
         status = LocalEnvironment().status()
         healthy = [r for r in sorted(status.vllm.replicas, key=lambda r: r.name) if r.healthy]
         if not status.up or not healthy:
-            raise EnvironmentError_("no healthy replica: start the local environment with `inferchaos env up`")
+            raise EnvironmentError_(
+                "no healthy replica: start the local environment with `inferchaos env up`"
+            )
         yield Target(healthy[0].url.rstrip("/"), status.model.name, args.tokenizer or status.model.path)
     else:
         with bench_server(log_dir=folder) as server:
@@ -200,7 +202,11 @@ def _locustfile_constant(name: str) -> object:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets):
             value = node.value
             # LONG_WORDS is "...".split(): the literal is the call's receiver.
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "split":
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "split"
+            ):
                 return str(ast.literal_eval(value.func.value)).split()
             return ast.literal_eval(value)
     raise BenchError(f"no {name} in {LOCUSTFILE}")
@@ -230,8 +236,14 @@ def prompt_tokens(target: Target, prompts: list[str]) -> int:
 
 
 def run_locust(
-    target: Target, user: str, concurrency: int, duration_s: int, output_tokens: int, range_ratio: float,
-    folder: Path, spawn_rate: float,
+    target: Target,
+    user: str,
+    concurrency: int,
+    duration_s: int,
+    output_tokens: int,
+    range_ratio: float,
+    folder: Path,
+    spawn_rate: float,
 ) -> ClientRun:
     """Our Locust ``user`` users, closed loop at ``concurrency``, for ``duration_s`` seconds."""
     prefix = folder / "locust"
@@ -260,8 +272,14 @@ def run_locust(
 
 
 def run_vllm_bench(
-    target: Target, concurrency: int, requests: int, input_tokens: int, output_tokens: int, range_ratio: float,
-    folder: Path, trust_env: bool = True,
+    target: Target,
+    concurrency: int,
+    requests: int,
+    input_tokens: int,
+    output_tokens: int,
+    range_ratio: float,
+    folder: Path,
+    trust_env: bool = True,
 ) -> ClientRun:
     """`vllm bench serve`, closed loop at ``concurrency``: random prompts of ``input_tokens``, and
     output lengths drawn as the locustfile draws them (uniform in output_tokens x [1 - r, 1 + r]).
@@ -318,7 +336,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="Streams in flight, for both clients.")
     parser.add_argument("--duration", type=int, default=60,
                         help="Seconds of Locust load per round (~1,500 requests at the defaults).")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=5, help="Rounds, each: our Locust users, then vLLM's client.")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="Rounds, each: our Locust users, then vLLM's client."
+    )
     parser.add_argument("--user", choices=sorted(USER_CLASSES), default="chat",
                         help="Which locustfile user: short chat prompts (default) or long-context ones.")  # fmt: skip
     parser.add_argument("--output-tokens", type=int, default=16, help="Mean tokens generated per request.")
@@ -337,7 +357,9 @@ def main() -> None:
                        help="Measure the running local environment's first healthy replica instead.")  # fmt: skip
     where.add_argument("--url", default="", help="Measure this OpenAI-compatible vLLM server instead.")
     parser.add_argument("--model", default="", help="Served model name (with --url).")
-    parser.add_argument("--tokenizer", default="", help="Tokenizer folder or name for vllm bench serve (with --url).")
+    parser.add_argument(
+        "--tokenizer", default="", help="Tokenizer folder or name for vllm bench serve (with --url)."
+    )
     parser.add_argument("--keep", type=Path, default=None, help="Keep the clients' logs and CSVs here.")
     args = parser.parse_args()
     for knob, ok in (("--concurrency", args.concurrency >= 1), ("--duration", args.duration >= 5),
@@ -394,7 +416,11 @@ def measure(args: argparse.Namespace, target: Target, folder: Path) -> None:
 
 
 def report(
-    args: argparse.Namespace, target: Target, input_tokens: int, rounds: list[Round], ours_small: ClientRun,
+    args: argparse.Namespace,
+    target: Target,
+    input_tokens: int,
+    rounds: list[Round],
+    ours_small: ClientRun,
     theirs_small: ClientRun,
 ) -> None:
     """The table of every round, the median ratios and the client CPU per 1,000 requests."""
@@ -403,7 +429,11 @@ def report(
           f"(range ratio {args.range_ratio:g})")  # fmt: skip
     print(f"{'round':<7}{'client':<26}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
           f"{'server p50':>12}{'server p95':>12}{'ours/this p50':>15}{'p95':>7}")  # fmt: skip
-    clients = (("locust (ours)", "ours"), ("vllm bench serve", "theirs"), ("  without .netrc lookup", "theirs_no_netrc"))
+    clients = (
+        ("locust (ours)", "ours"),
+        ("vllm bench serve", "theirs"),
+        ("  without .netrc lookup", "theirs_no_netrc"),
+    )
     for index, r in enumerate(rounds, 1):
         for name, field in clients:
             run: ClientRun = getattr(r, field)
@@ -426,6 +456,7 @@ def report(
         total, marginal = cpu_per_1000(full, small)
         print(f"client CPU s per 1,000 requests, {name:<17}: {total:5.2f} total, {marginal:5.2f} marginal")
     print("(target: ours at most 1.5x vLLM's, as shipped)")
+
 
 def _summed(runs: list[ClientRun]) -> ClientRun:
     """Several runs of one client as one: requests and CPU added; percentiles are not kept."""

@@ -87,7 +87,9 @@ def _load_ray(env: LocalEnvironment, actors: int, idle: int, groups: int) -> tup
         pass
 
     idle = min(idle, actors)
-    handles = [Idle.options(name=f"bench-idle-{i}", namespace="inferchaos-bench").remote() for i in range(idle)]
+    handles = [
+        Idle.options(name=f"bench-idle-{i}", namespace="inferchaos-bench").remote() for i in range(idle)
+    ]
     deadline = time.monotonic() + 600
     ready: list[Any] = []
     while time.monotonic() < deadline and len(ready) < idle:
@@ -115,7 +117,10 @@ def _wait_registered(actors: int, groups: int, timeout_s: float = 120.0) -> None
         return listed >= actors and pending >= groups
 
     if wait_until(registered, timeout_s, interval_s=1.0) is None:
-        raise SystemExit(f"probe_cost: the GCS did not list the bench's actors and groups within {timeout_s:.0f} s")
+        raise SystemExit(
+            f"probe_cost: the GCS did not list the bench's actors and groups within {timeout_s:.0f} s"
+        )
+
 
 def _unload_ray(handles: list[Any], pgs: list[Any]) -> None:
     import ray
@@ -136,9 +141,9 @@ def _detection_latency(env: LocalEnvironment, interval_s: float) -> float | None
         # Judged after the run: the kill happens inside inject(), which returns only once the
         # server has exited, and the ticks in between are the ones that count.
         for row in tick.rows:
-            if (row.probe == "vllm.healthy" and row.labels.get("replica") == "replica-0" and row.value == 0) or (
-                row.probe == "vllm@replica-0" and row.error
-            ):
+            if (
+                row.probe == "vllm.healthy" and row.labels.get("replica") == "replica-0" and row.value == 0
+            ) or (row.probe == "vllm@replica-0" and row.error):
                 showing.append(tick.t + tick.duration_s)
                 return
 
@@ -170,11 +175,17 @@ def _detection_latency(env: LocalEnvironment, interval_s: float) -> float | None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--actors", type=int, default=1000, help="actor records in the cluster while loaded")
-    parser.add_argument("--idle-actors", type=int, default=100,
-                        help="how many of them are live idle actors (a ~60 MB worker process each)")
+    parser.add_argument(
+        "--idle-actors",
+        type=int,
+        default=100,
+        help="how many of them are live idle actors (a ~60 MB worker process each)",
+    )
     parser.add_argument("--groups", type=int, default=50)
     parser.add_argument("--ticks", type=int, default=20)
-    parser.add_argument("--detections", type=int, default=3, help="engine kills, each at a random point of a tick")
+    parser.add_argument(
+        "--detections", type=int, default=3, help="engine kills, each at a random point of a tick"
+    )
     args = parser.parse_args()
     # An idle actor's creation task is FINISHED, which the Ray probe filters out at the GCS;
     # an unplaceable actor's would stay PENDING_NODE_ASSIGNMENT and add a second record per
@@ -198,8 +209,10 @@ def main() -> None:
     print(f"tick at rest                          : {ms(rest)}   (target <= 50 ms)")
     print(f"sampler CPU at 1 Hz, at rest          : {rest_cpu:6.1%} of one core (target <= 5%)")
     idle = min(args.idle_actors, args.actors)
-    print(f"tick, {args.actors} actors ({idle} idle, {args.actors - idle} unplaceable) + {args.groups} pending groups : "
-          f"{ms(loaded)}   (target <= 250 ms at 1,000 actors)")
+    print(
+        f"tick, {args.actors} actors ({idle} idle, {args.actors - idle} unplaceable) + {args.groups} pending groups : "
+        f"{ms(loaded)}   (target <= 250 ms at 1,000 actors)"
+    )
     print(f"sampler CPU at 1 Hz, loaded           : {loaded_cpu:6.1%} of one core")
     shown = ", ".join(f"{x:.2f} s" if x is not None else "not detected" for x in latencies)
     print(f"detection latency (engine kill), {args.detections} runs : {shown}   (target <= 1.5 s each)")

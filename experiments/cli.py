@@ -111,10 +111,18 @@ def _print_status(status: EnvStatus) -> None:
     table.add_column("state")
     for node in status.ray.nodes:
         role = "head" if node.is_head else (node.name or "worker")
-        table.add_row("ray", f"{role} {node.node_id[:12]}", f"{'ALIVE' if node.alive else 'DEAD'}  GPU {node.gpus:g}")
+        table.add_row(
+            "ray", f"{role} {node.node_id[:12]}", f"{'ALIVE' if node.alive else 'DEAD'}  GPU {node.gpus:g}"
+        )
     for replica in status.vllm.replicas:
-        table.add_row("vllm", f"{replica.name} {replica.url}", "healthy" if replica.healthy else f"UNHEALTHY ({replica.state})")
-    table.add_row("front door", status.front_door.url, "serving" if status.front_door.healthy else "NOT SERVING")
+        table.add_row(
+            "vllm",
+            f"{replica.name} {replica.url}",
+            "healthy" if replica.healthy else f"UNHEALTHY ({replica.state})",
+        )
+    table.add_row(
+        "front door", status.front_door.url, "serving" if status.front_door.healthy else "NOT SERVING"
+    )
     table.add_row("model", status.model.name, f"max_model_len {status.model.max_model_len}")
     console.print(table)
 
@@ -189,7 +197,9 @@ def env_down(env_name: str, config_file: Path | None) -> None:
         return
     with Progress() as progress:
         ended = LocalEnvironment(progress=progress).down()
-    click.echo(f"local environment down ({len(ended)} process(es) ended)" if ended else "no local environment was up")
+    click.echo(
+        f"local environment down ({len(ended)} process(es) ended)" if ended else "no local environment was up"
+    )
 
 
 @cli.command("model")
@@ -227,7 +237,10 @@ def _k8s_run_allow(environment: K8sEnvironment) -> AllowList:
 
 def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
     colour = {"passed": "green", "failed": "red", "aborted": "yellow", "error": "red"}[str(verdict.status)]
-    console.print(f"[bold {colour}]{str(verdict.status).upper()}[/] {verdict.experiment}: {verdict.reason}", highlight=False)
+    console.print(
+        f"[bold {colour}]{str(verdict.status).upper()}[/] {verdict.experiment}: {verdict.reason}",
+        highlight=False,
+    )
     timing = verdict.timing
     if timing.time_to_detect_s is not None or timing.time_to_recover_s is not None:
         ttd = f"{timing.time_to_detect_s:.1f} s" if timing.time_to_detect_s is not None else "-"
@@ -257,7 +270,11 @@ def _run_one(
     if verdict is None:
         return 0
     _print_verdict(verdict, run_dir)
-    return verdict.exit_code if str(verdict.status) != "aborted" or "interrupted" not in verdict.reason else EXIT_INTERRUPTED
+    return (
+        verdict.exit_code
+        if str(verdict.status) != "aborted" or "interrupted" not in verdict.reason
+        else EXIT_INTERRUPTED
+    )
 
 
 LOAD_OPTION = click.option(
@@ -269,17 +286,45 @@ LOAD_OPTION = click.option(
 
 @cli.command("run")
 @click.argument("experiment", type=click.Path(path_type=Path))
-@click.option("--env", "env_name", type=click.Choice(["local", "kind", "cluster"]), default="local", show_default=True,
-              help="The environment to run against (it must be up: `inferchaos env up`).")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
-              help="Environment config with the allow-list of what may be touched (required for kind/cluster).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Where the run folder is written.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25).")
-@click.option("--dry-run", is_flag=True, help="Validate, print the plan and what would be touched; touch nothing.")
+@click.option(
+    "--env",
+    "env_name",
+    type=click.Choice(["local", "kind", "cluster"]),
+    default="local",
+    show_default=True,
+    help="The environment to run against (it must be up: `inferchaos env up`).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Environment config with the allow-list of what may be touched (required for kind/cluster).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Where the run folder is written.",
+)
+@click.option(
+    "--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25)."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Validate, print the plan and what would be touched; touch nothing."
+)
 @LOAD_OPTION
-def run_cmd(experiment: Path, env_name: str, config_file: Path | None, out_dir: Path, interval: float, dry_run: bool,
-            load: str | None) -> None:
+def run_cmd(
+    experiment: Path,
+    env_name: str,
+    config_file: Path | None,
+    out_dir: Path,
+    interval: float,
+    dry_run: bool,
+    load: str | None,
+) -> None:
     """Run one experiment: baseline, inject, sample, always revert, measure recovery, judge.
 
     Writes journal.json, timeline.csv, verdict.json (and the reports) into a run folder.
@@ -319,7 +364,9 @@ class _PlannedRun:
 
 def _ensure_no_local_options(ctx: click.Context, env_name: str) -> None:
     """Refuse local-environment knobs given on the command line for kind/cluster, rather than ignore them."""
-    given = [name for name in LOCAL_ONLY_OPTIONS if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    given = [
+        name for name in LOCAL_ONLY_OPTIONS if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    ]
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise ConfigError(f"{flag} applies to the local environment only, not to --env {env_name}")
@@ -377,14 +424,28 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
 @cli.command("gameday")
 @_env_options
 @CONFIG_OPTION
-@click.option("--suite", default=None,
-              help=f"Which scenarios to run, in order: a suite ({', '.join(sorted(SUITES))}) or a folder of "
-                   "experiment files (run in name order). Default: `default` on local, `k8s` on kind and cluster.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Reports folder: one game-day folder of run folders per day, plus index.html.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25).")
-@click.option("--dry-run", is_flag=True,
-              help="Validate the suite and the config, check the environment answers, print every plan; touch nothing.")
+@click.option(
+    "--suite",
+    default=None,
+    help=f"Which scenarios to run, in order: a suite ({', '.join(sorted(SUITES))}) or a folder of "
+    "experiment files (run in name order). Default: `default` on local, `k8s` on kind and cluster.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Reports folder: one game-day folder of run folders per day, plus index.html.",
+)
+@click.option(
+    "--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25)."
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Validate the suite and the config, check the environment answers, print every plan; touch nothing.",
+)
 @click.option("--keep-up", is_flag=True, help="local: leave the environment running afterwards.")
 @LOAD_OPTION
 @click.pass_context
@@ -455,10 +516,20 @@ def _print_plans(planned: list[_PlannedRun]) -> None:
 
 @cli.command("observe")
 @click.option("--env", "env_name", type=click.Choice(["local"]), default="local", show_default=True)
-@click.option("--duration", type=float, default=60.0, show_default=True, help="How long to watch, in seconds.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="Where the timeline CSV is written.")
+@click.option(
+    "--duration", type=float, default=60.0, show_default=True, help="How long to watch, in seconds."
+)
+@click.option(
+    "--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25)."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Where the timeline CSV is written.",
+)
 def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) -> None:
     """Show a live table of the key probes per layer and write the timeline; injects nothing."""
     from experiments.observe import observe
@@ -499,7 +570,9 @@ def cleanup(config_file: Path | None) -> None:
             click.echo(f"dropped {handle.fault} {handle.id}: the local environment it acted on is down")
             continue
         fault.revert(environment, handle, ledger)
-        click.echo(f"reverted {handle.fault} {handle.id} (injected {time.strftime('%H:%M:%S', time.localtime(handle.created_at))})")
+        click.echo(
+            f"reverted {handle.fault} {handle.id} (injected {time.strftime('%H:%M:%S', time.localtime(handle.created_at))})"
+        )
 
 
 @cli.command("report")

@@ -33,5 +33,9 @@ def fault_effect(fault: str, configuration: Configuration = None, secrets: Secre
     """Evidence of every live injection of ``fault``: did it bite, and how (for the journal)."""
     env = open_environment(configuration)
     implementation = shared_fault(fault)
-    evidence = [asdict(implementation.evidence(env, h)) for h in open_ledger(configuration).entries() if h.fault == fault]
+    evidence = [
+        asdict(implementation.evidence(env, h))
+        for h in open_ledger(configuration).entries()
+        if h.fault == fault
+    ]
     return {"effect_observed": bool(evidence) and all(e["bit"] for e in evidence), "evidence": evidence}

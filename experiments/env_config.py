@@ -51,7 +51,9 @@ def load_env_config(path: Path, env_name: str) -> EnvConfig:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{path}: allow.{key}: must be a list of strings")
         lists[key] = tuple(value)
-    return EnvConfig(env=env_name, allow=AllowList(max_targets=max_targets, **lists), settings=data.get("settings", {}))
+    return EnvConfig(
+        env=env_name, allow=AllowList(max_targets=max_targets, **lists), settings=data.get("settings", {})
+    )
 
 
 # Plan targets that name a thing a fault acts on (the rest describe how, e.g. a pid).

@@ -11,7 +11,12 @@ from experiments.verdict import Status, Verdict
 
 # Chaos Toolkit's journal status words for our verdict statuses: a run whose baseline was not
 # met is "aborted" in both vocabularies, never "completed".
-CTK_STATUS = {Status.PASSED: "completed", Status.FAILED: "failed", Status.ABORTED: "aborted", Status.ERROR: "failed"}
+CTK_STATUS = {
+    Status.PASSED: "completed",
+    Status.FAILED: "failed",
+    Status.ABORTED: "aborted",
+    Status.ERROR: "failed",
+}
 
 
 def _iso(t: float) -> str:
@@ -47,7 +52,9 @@ def build_journal(
     if rollback_output is not None and fault is not None:
         rollbacks.append(
             {
-                "activity": (spec.raw.get("rollbacks") or [{"type": "action", "name": f"revert-{fault.name}"}])[0],
+                "activity": (
+                    spec.raw.get("rollbacks") or [{"type": "action", "name": f"revert-{fault.name}"}]
+                )[0],
                 "status": "succeeded" if rollback_output.get("ok") else "failed",
                 "output": rollback_output,
                 "start": _iso(fault.reverted_at or verdict.ended_at),
@@ -67,7 +74,10 @@ def build_journal(
         "deviated": verdict.status is Status.FAILED,
         "steady_states": {
             "before": {"steady_state_met": all(s["ok"] for s in baseline), "probes": baseline},
-            "after": {"steady_state_met": all(s["ok"] for s in recovery) if recovery else None, "probes": recovery},
+            "after": {
+                "steady_state_met": all(s["ok"] for s in recovery) if recovery else None,
+                "probes": recovery,
+            },
             "during": [s for s in verdict.slos if s["phase"] == "during"],
         },
         "run": run,

@@ -278,7 +278,9 @@ class LongContextUser(FastHttpUser):
     def summarise(self) -> None:
         start = random.randrange(len(LONG_WORDS))
         words = itertools.islice(itertools.cycle(LONG_WORDS), start, start + SETTINGS.long_prompt_words)
-        stream_completion(self, "Summarise: " + " ".join(words), SETTINGS.max_tokens(SETTINGS.long_max_tokens))
+        stream_completion(
+            self, "Summarise: " + " ".join(words), SETTINGS.max_tokens(SETTINGS.long_max_tokens)
+        )
 
 
 # -- load shapes ---------------------------------------------------------------------------
@@ -561,7 +563,9 @@ def _on_init(environment: Environment, runner: Runner, **_kwargs: Any) -> None:
         return
     try:
         if not 0.0 <= options.max_tokens_range_ratio < 1.0:
-            raise ConfigError(f"--max-tokens-range-ratio must be in [0, 1), got {options.max_tokens_range_ratio:g}")
+            raise ConfigError(
+                f"--max-tokens-range-ratio must be in [0, 1), got {options.max_tokens_range_ratio:g}"
+            )
         _select_profile(environment, runner)
         ChaosPlan.from_options(options)  # fail before any load is sent
     except ConfigError as e:

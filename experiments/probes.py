@@ -18,7 +18,8 @@ def build_probes(env: Any, canary_rate_per_s: float = 2.0) -> tuple[list[Probe],
     """Every probe for ``env``: one per vLLM replica, the canary, Ray, the device if known, Kubernetes if any."""
     status = env.status()
     probes: list[Probe] = [
-        VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health") for r in sorted(status.vllm.replicas, key=lambda r: r.name)
+        VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health")
+        for r in sorted(status.vllm.replicas, key=lambda r: r.name)
     ]
     canary = CanaryProbe(
         CanaryConfig(base_url=status.front_door.url, model=status.model.name, rate_per_s=canary_rate_per_s)

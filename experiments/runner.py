@@ -79,7 +79,9 @@ def check_environment(env: Any) -> None:
     if not status.up:
         raise EnvironmentError_(f"the {env.name} environment is not up; start it with `inferchaos env up`")
     if not status.front_door.healthy:
-        raise EnvironmentError_(f"the front door {status.front_door.url} does not serve; check `inferchaos env status`")
+        raise EnvironmentError_(
+            f"the front door {status.front_door.url} does not serve; check `inferchaos env status`"
+        )
 
 
 def plan_run(spec: ExperimentSpec, env: Any) -> tuple[Fault, FaultPlan]:
@@ -99,17 +101,29 @@ def describe_plan(spec: ExperimentSpec, plan: FaultPlan) -> str:
         "would touch:",
         *[f"  - {target}" for target in plan.targets],
         "SLOs:",
-        *[f"  - {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g} [{s.phase.value}]" for s in spec.slos.slos],
+        *[
+            f"  - {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g} [{s.phase.value}]"
+            for s in spec.slos.slos
+        ],
     ]
     if spec.slos.recovery:
         r = spec.slos.recovery
-        lines.append(f"recovery: {', '.join(r.steady)} hold {r.hold_s:g} s within {r.within_s:g} s of the revert")
-    lines += [f"stop condition: {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g}" for s in spec.stop_conditions]
+        lines.append(
+            f"recovery: {', '.join(r.steady)} hold {r.hold_s:g} s within {r.within_s:g} s of the revert"
+        )
+    lines += [
+        f"stop condition: {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g}"
+        for s in spec.stop_conditions
+    ]
     return "\n".join(lines)
 
 
 def _latest(timeline: Timeline, probe: str, since: float, agg: str = "last") -> float | None:
-    values = [r.value for r in timeline.rows if r.probe == probe and r.t >= since and r.ok and not math.isnan(r.value)]
+    values = [
+        r.value
+        for r in timeline.rows
+        if r.probe == probe and r.t >= since and r.ok and not math.isnan(r.value)
+    ]
     if not values:
         return None
     if agg == "max":
@@ -220,7 +234,10 @@ class Runner:
             await self._wait_phase("baseline", spec.baseline_s)
             baseline_failures = self._baseline_failures(timeline)
             if baseline_failures:
-                self._state.stop = {"kind": "baseline", "reason": "baseline not met: " + "; ".join(baseline_failures)}
+                self._state.stop = {
+                    "kind": "baseline",
+                    "reason": "baseline not met: " + "; ".join(baseline_failures),
+                }
                 return
             await self._fault_window(timeline)
         finally:
@@ -265,7 +282,9 @@ class Runner:
             await self._revert(timeline)
         if self._state.handle is not None and not self._state.interrupted and not self._state.errors:
             await self._recovery(timeline)
-            self._state.evidence_after = await asyncio.to_thread(self.fault.evidence, self.env, self._state.handle)
+            self._state.evidence_after = await asyncio.to_thread(
+                self.fault.evidence, self.env, self._state.handle
+            )
 
     async def _inject(self) -> FaultHandle | None:
         """Inject in a thread; a Ctrl-C waits for the act to finish so the revert undoes all of it."""
@@ -372,13 +391,20 @@ class Runner:
         for slo in self.spec.stop_conditions:
             window = slo.window_s or self.options.interval_s * 3
             since = max(injected, time.time() - window)
-            rows = [r for r in timeline.rows if r.probe == slo.probe and r.t >= since and r.ok and r.matches(slo.labels)]
+            rows = [
+                r
+                for r in timeline.rows
+                if r.probe == slo.probe and r.t >= since and r.ok and r.matches(slo.labels)
+            ]
             if len(rows) < 3:
                 continue
             values = [r.value for r in rows]
-            observed = {"last": values[-1], "mean": sum(values) / len(values), "max": max(values), "min": min(values)}.get(
-                slo.agg, values[-1]
-            )
+            observed = {
+                "last": values[-1],
+                "mean": sum(values) / len(values),
+                "max": max(values),
+                "min": min(values),
+            }.get(slo.agg, values[-1])
             if not slo.holds(observed):
                 return {
                     "name": slo.name,
@@ -430,7 +456,11 @@ class Runner:
             recovery_confirmed_at=recovery.confirmed_at if recovery else None,
         )
         status, reason = self._status(evaluation, fault_outcome, recovery)
-        breach_at = evaluation.detection.at if evaluation.detection else (timeline.marks.get(Mark.INJECTED) or started)
+        breach_at = (
+            evaluation.detection.at
+            if evaluation.detection
+            else (timeline.marks.get(Mark.INJECTED) or started)
+        )
         injected = timeline.marks.get(Mark.INJECTED)
         # Without a breach, the fault's own symptom is looked for over the whole fault window:
         # some surface late (a kind node turns NotReady ~40 s after its container stops).
@@ -439,7 +469,13 @@ class Runner:
         if not evaluation.detection and reverted is not None:
             lookahead_s = max(lookahead_s, reverted - breach_at + 5.0)
         triage_result = (
-            triage(timeline, breach_at, since=injected, lookahead_s=lookahead_s, thresholds=triage_thresholds(spec))
+            triage(
+                timeline,
+                breach_at,
+                since=injected,
+                lookahead_s=lookahead_s,
+                thresholds=triage_thresholds(spec),
+            )
             if injected
             else None
         )
@@ -456,7 +492,9 @@ class Runner:
             slos=slos,
             layers=layers,
             timing=timing,
-            triage=triage_result.to_dict() if triage_result else {"layer": "unknown", "reason": "no fault was injected", "evidence": {}},
+            triage=triage_result.to_dict()
+            if triage_result
+            else {"layer": "unknown", "reason": "no fault was injected", "evidence": {}},
             stop_condition=state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None,
         )
 
@@ -483,7 +521,11 @@ class Runner:
             return Status.FAILED, f"SLO {first.name} [{first.phase}] breached: {first.reason}"
         if recovery is not None and not recovery.recovered:
             return Status.FAILED, f"no recovery in time: {recovery.reason}"
-        ttr = f"; recovered in {recovery.time_to_recover_s:.1f} s" if recovery and recovery.time_to_recover_s is not None else ""
+        ttr = (
+            f"; recovered in {recovery.time_to_recover_s:.1f} s"
+            if recovery and recovery.time_to_recover_s is not None
+            else ""
+        )
         return Status.PASSED, f"every SLO held and the fault bit ({fault.evidence.get('reason', '')}){ttr}"
 
     # -- outputs ----------------------------------------------------------------------------
@@ -500,8 +542,12 @@ class Runner:
 
         secrets = self._secrets()
         journal = build_journal(self.spec, verdict, self._state.action_output, self._state.rollback_output)
-        (self.run_dir / "journal.json").write_text(json.dumps(redact(journal, secrets), indent=2, default=str))
-        (self.run_dir / "verdict.json").write_text(json.dumps(redact(verdict.to_dict(), secrets), indent=2, default=str))
+        (self.run_dir / "journal.json").write_text(
+            json.dumps(redact(journal, secrets), indent=2, default=str)
+        )
+        (self.run_dir / "verdict.json").write_text(
+            json.dumps(redact(verdict.to_dict(), secrets), indent=2, default=str)
+        )
         _render_reports(self.run_dir)
 
 

@@ -24,7 +24,12 @@ from steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
 
 logger = logging.getLogger(__name__)
 
-FAULT_ACTION_MODULES = ("faults.ray.actions", "faults.vllm.actions", "faults.gpu.actions", "faults.k8s.actions")
+FAULT_ACTION_MODULES = (
+    "faults.ray.actions",
+    "faults.vllm.actions",
+    "faults.gpu.actions",
+    "faults.k8s.actions",
+)
 ENVIRONMENTS = ("local", "kind", "cluster")
 CTK_PARAMS = {"configuration", "secrets"}
 
@@ -125,7 +130,9 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
             steps.append((index, activity, provider))
     if len(steps) != 1:
         raise _fail(
-            path, "method", f"needs exactly one fault action from {', '.join(FAULT_ACTION_MODULES)}; found {len(steps)}"
+            path,
+            "method",
+            f"needs exactly one fault action from {', '.join(FAULT_ACTION_MODULES)}; found {len(steps)}",
         )
     index, activity, provider = steps[0]
     key = f"method[{index}]"
@@ -136,7 +143,9 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
         raise _fail(path, f"{key}.provider.module", f"cannot import {module_name}: {e}") from e
     fault_of: dict[str, str] = getattr(module, "FAULT_OF", {})
     if func not in fault_of:
-        raise _fail(path, f"{key}.provider.func", f"unknown fault {func!r}; {module_name} has {sorted(fault_of)}")
+        raise _fail(
+            path, f"{key}.provider.func", f"unknown fault {func!r}; {module_name} has {sorted(fault_of)}"
+        )
     arguments = provider.get("arguments", {}) or {}
     if not isinstance(arguments, dict):
         raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")
@@ -148,7 +157,9 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
             raise _fail(path, f"{key}.provider.arguments.{name}", f"unknown argument; {func} takes {allowed}")
         if not _annotation_accepts(hints.get(name, inspect.Parameter.empty), value):
             raise _fail(
-                path, f"{key}.provider.arguments.{name}", f"must be {hints[name]}, got {type(value).__name__} {value!r}"
+                path,
+                f"{key}.provider.arguments.{name}",
+                f"must be {hints[name]}, got {type(value).__name__} {value!r}",
             )
         if name.endswith("_s") and value is not None:
             _positive(path, f"{key}.provider.arguments.{name}", value)
@@ -156,7 +167,9 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
     if "after" not in pauses:
         raise _fail(path, f"{key}.pauses.after", "required: how long the fault stays active, in seconds")
     duration = _positive(path, f"{key}.pauses.after", pauses["after"])
-    return FaultStep(index, str(activity.get("name", func)), module_name, func, fault_of[func], dict(arguments), duration)
+    return FaultStep(
+        index, str(activity.get("name", func)), module_name, func, fault_of[func], dict(arguments), duration
+    )
 
 
 def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:

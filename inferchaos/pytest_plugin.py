@@ -26,8 +26,12 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("inferchaos", "inferchaos resilience gates")
-    group.addoption("--chaos-env", default="local", choices=["local"], help="environment the gates run against")
-    group.addoption("--chaos-out", default=None, help="folder for the run folders (default: pytest's tmp path)")
+    group.addoption(
+        "--chaos-env", default="local", choices=["local"], help="environment the gates run against"
+    )
+    group.addoption(
+        "--chaos-out", default=None, help="folder for the run folders (default: pytest's tmp path)"
+    )
     group.addoption("--chaos-interval", type=float, default=1.0, help="sampling interval in seconds")
 
 
@@ -53,7 +57,10 @@ def chaos_env(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def run_experiment(
-    chaos_env: Any, request: pytest.FixtureRequest, tmp_path: Path, record_property: Callable[[str, object], None]
+    chaos_env: Any,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
 ) -> Callable[..., Any]:
     """Run an experiment file against ``chaos_env``; returns its :class:`experiments.verdict.Verdict`."""
     from experiments.runner import Runner, RunOptions, plan_run

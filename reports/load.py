@@ -337,7 +337,9 @@ def _fault(f: _Fields, entry: Mapping[str, Any] | None) -> FaultRecord | None:
 
 
 def _timing(f: _Fields, entry: Mapping[str, Any]) -> TimingRecord:
-    entry = _defaults(entry, recovered=None, recovery_within_s=None, detected_by=None, recovery_confirmed_at=None)
+    entry = _defaults(
+        entry, recovered=None, recovery_within_s=None, detected_by=None, recovery_confirmed_at=None
+    )
     w = "timing."
     return TimingRecord(
         time_to_detect_s=f.opt_number(entry, "time_to_detect_s", w),

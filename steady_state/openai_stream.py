@@ -62,7 +62,9 @@ async def stream_completion_async(
     times: list[float] = []
     text: list[str] = []
     try:
-        async with client.stream("POST", f"{base_url}/v1/completions", json=body, timeout=timeout_s) as response:
+        async with client.stream(
+            "POST", f"{base_url}/v1/completions", json=body, timeout=timeout_s
+        ) as response:
             replica = response.headers.get("x-inferchaos-replica", "")
             if response.status_code != 200:
                 detail = (await response.aread()).decode(errors="replace")[:200]
@@ -84,7 +86,9 @@ async def stream_completion_async(
                         "" if ok else "stream ended without a data chunk", replica, times)  # fmt: skip
 
 
-def stream_completion(base_url: str, model: str, prompt: str, max_tokens: int = 16, timeout_s: float = 30.0) -> StreamResult:
+def stream_completion(
+    base_url: str, model: str, prompt: str, max_tokens: int = 16, timeout_s: float = 30.0
+) -> StreamResult:
     """Blocking wrapper of :func:`stream_completion_async` for CLIs and tests."""
     import asyncio
 

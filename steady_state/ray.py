@@ -57,7 +57,9 @@ class RayProbe:
         self._connect = connect
         # When each group was first seen PENDING: Ray keeps no such timestamp we can read.
         self._pending_since: dict[str, float] = {}
-        self._pool = ThreadPoolExecutor(max_workers=2 + len(LIVE_ACTOR_STATES), thread_name_prefix="ray-probe")
+        self._pool = ThreadPoolExecutor(
+            max_workers=2 + len(LIVE_ACTOR_STATES), thread_name_prefix="ray-probe"
+        )
         # Snapshots run on a thread of their own, one at a time. A busy dashboard can take
         # longer than the sampler waits; a new snapshot per tick would then pile up blocked
         # threads, and in asyncio's default executor they starved everything else that needs
@@ -80,7 +82,11 @@ class RayProbe:
         # 60 ms). The GCS calls below are quick and stay on this thread.
         def listed(call: Callable[..., list[Any]], filters: list[tuple[str, str, str]]) -> Future[list[Any]]:
             return self._pool.submit(
-                call, address=self._dashboard_url, filters=filters, limit=STATE_API_LIMIT, raise_on_missing_output=False
+                call,
+                address=self._dashboard_url,
+                filters=filters,
+                limit=STATE_API_LIMIT,
+                raise_on_missing_output=False,
             )
 
         nodes_read = listed(list_nodes, [])
@@ -132,7 +138,9 @@ class RayProbe:
                 previous.exception()  # reported by the read that awaited it, or superseded
             previous = None
         if previous is None:
-            previous = self._in_flight = asyncio.get_running_loop().run_in_executor(self._snapshotter, self.snapshot)
+            previous = self._in_flight = asyncio.get_running_loop().run_in_executor(
+                self._snapshotter, self.snapshot
+            )
         # Shielded: the sampler's timeout must not cancel the snapshot the next read will use.
         return snapshot_samples(await asyncio.shield(previous))
 
@@ -156,7 +164,9 @@ def snapshot_samples(snap: RaySnapshot) -> list[Sample]:
             alive_by_class[cls] += count
     samples += [Sample("ray.actors_alive", n, {"class": cls}) for cls, n in sorted(alive_by_class.items())]
     samples += [Sample("ray.tasks", n, {"state": state}) for state, n in sorted(snap.tasks.items())]
-    samples += [Sample("ray.pgs", n, {"state": st, "strategy": sg}) for (st, sg), n in sorted(snap.pgs.items())]
+    samples += [
+        Sample("ray.pgs", n, {"state": st, "strategy": sg}) for (st, sg), n in sorted(snap.pgs.items())
+    ]
     samples += [
         Sample("ray.pg_pending_age_s", round(age, 3), {"pg": pg, "strategy": strategy})
         for pg, (strategy, age) in sorted(snap.pending_pgs.items())

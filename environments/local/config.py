@@ -64,7 +64,10 @@ class LocalEnvConfig:
             )
         if self.kv_cache_tokens > 1_048_576:
             raise ConfigError(f"--kv-cache-tokens must be at most 1048576, got {self.kv_cache_tokens}")
-        for knob, port in (("front_door_port", self.front_door_port), ("replica_base_port", self.replica_base_port)):
+        for knob, port in (
+            ("front_door_port", self.front_door_port),
+            ("replica_base_port", self.replica_base_port),
+        ):
             if not 1024 <= port <= 65000:
                 raise ConfigError(f"{knob} must be between 1024 and 65000, got {port}")
         if self.replica_memory_mib and self.replica_memory_mib < 2048:
@@ -74,6 +77,8 @@ class LocalEnvConfig:
         if self.port_slot not in (0, 1):
             raise ConfigError(f"port_slot must be 0 or 1, got {self.port_slot}")
         if self.object_store_mib < 80:
-            raise ConfigError(f"object_store_mib must be at least 80 (Ray's minimum), got {self.object_store_mib}")
+            raise ConfigError(
+                f"object_store_mib must be at least 80 (Ray's minimum), got {self.object_store_mib}"
+            )
         if self.ready_timeout_s <= 0:
             raise ConfigError(f"ready_timeout_s must be positive, got {self.ready_timeout_s}")

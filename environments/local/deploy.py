@@ -48,7 +48,10 @@ def deploy(state_dir: Path) -> None:
     # Serve logs its progress at INFO; the parent's progress line says the same.
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
     try:
-        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": state.config.front_door_port})
+        serve.start(
+            proxy_location="HeadOnly",
+            http_options={"host": "127.0.0.1", "port": state.config.front_door_port},
+        )
         serve.run(build_app(replica_launch(state), state.config.replicas), name=APP_NAME, route_prefix="/")
     finally:
         ray.shutdown()

@@ -98,7 +98,9 @@ def list_ray_nodes(state: LocalEnvState, timeout_s: float = 10.0) -> list[NodeSt
     from ray.util.state.exception import RayStateApiException
 
     try:
-        nodes = list_nodes(address=state.dashboard_url, timeout=int(max(1, timeout_s)), raise_on_missing_output=False)
+        nodes = list_nodes(
+            address=state.dashboard_url, timeout=int(max(1, timeout_s)), raise_on_missing_output=False
+        )
     except (RayStateApiException, AuthenticationError, ConnectionError, OSError) as e:
         raise EnvironmentNotUp(f"Ray's state API at {state.dashboard_url} did not answer: {e}") from e
     result = []
@@ -132,7 +134,9 @@ def connect_driver(state: LocalEnvState) -> None:
             return
         ray.shutdown()
     use_ray_auth(state)
-    ray.init(address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING)
+    ray.init(
+        address=state.ray_address, namespace="inferchaos", log_to_driver=False, logging_level=logging.WARNING
+    )
     _driver_env_id = state.env_id
 
 
@@ -285,7 +289,12 @@ class LocalEnvironment:
         for index in range(1, cfg.workers + 1):
             self._progress(f"starting Ray worker node {index}/{cfg.workers}")
             node = start_node(
-                worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir, cfg.port_slot
+                worker_spec(state, index),
+                state.ray_address,
+                state.ray_temp_dir,
+                env,
+                state.logs_dir,
+                cfg.port_slot,
             )
             state.nodes.append(node)
             state.save()
@@ -339,7 +348,9 @@ class LocalEnvironment:
             code = deployer.poll()
             if code not in (None, 0):
                 last = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
-                raise EnvironmentStartError(last[-1] if last else f"deploying the vLLM replicas failed (exit {code})")
+                raise EnvironmentStartError(
+                    last[-1] if last else f"deploying the vLLM replicas failed (exit {code})"
+                )
             records = [r for r in read_records(state.replicas_dir) if r.state != "stopped"]
             failed = [r for r in records if r.state == "failed"]
             if failed:

@@ -90,7 +90,9 @@ def find_budget(name: str) -> MemoryBudget | None:
     return MemoryBudget(name=name, path=path, limit_bytes=int((path / "memory.limit_in_bytes").read_text()))
 
 
-def join_command(budget: MemoryBudget, argv: list[str], oom_score_adj: int = REPLICA_OOM_SCORE_ADJ) -> list[str]:
+def join_command(
+    budget: MemoryBudget, argv: list[str], oom_score_adj: int = REPLICA_OOM_SCORE_ADJ
+) -> list[str]:
     """Wrap ``argv`` so the process enters ``budget`` (and sets its OOM score) before it execs.
 
     A shell does it rather than a preexec_fn, which is unsafe in a threaded parent such as a

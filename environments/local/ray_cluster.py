@@ -84,7 +84,9 @@ def ray_process_env(env_id: str, token: str, state_dir: Path) -> dict[str, str]:
 def allocate_ports(index: int, is_head: bool, port_slot: int = 0) -> NodePorts:
     """Ports for node ``index``: a block of service ports and a disjoint worker-port range."""
     if not 0 <= index <= MAX_NODE_INDEX:
-        raise EnvironmentStartError(f"node index {index} is out of range; at most {MAX_NODE_INDEX} workers over time")
+        raise EnvironmentStartError(
+            f"node index {index} is out of range; at most {MAX_NODE_INDEX} workers over time"
+        )
     base = SERVICE_PORT_BASE + port_slot * SERVICE_PORTS_PER_SLOT + index * SERVICE_PORTS_PER_NODE
     block = list(range(base, base + SERVICE_PORTS_PER_NODE))
     taken = [p for p in block if not port_is_free(p)]
@@ -196,7 +198,12 @@ def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
     index = next_worker_index(state)
     env = ray_process_env(state.env_id, token, Path(state.state_dir))
     record = start_node(
-        worker_spec(state, index), state.ray_address, state.ray_temp_dir, env, state.logs_dir, state.config.port_slot
+        worker_spec(state, index),
+        state.ray_address,
+        state.ray_temp_dir,
+        env,
+        state.logs_dir,
+        state.config.port_slot,
     )
     state.nodes.append(record)
     state.save()

@@ -156,7 +156,9 @@ class VLLMReplica:
         argv = vllm_argv(self._launch, self._port)
         self._budget: MemoryBudget | None = None
         if self._launch.memory_budget_bytes > 0 and budgets_available()[0]:
-            self._budget = open_budget(budget_name(self._launch.env_id, self._slot), self._launch.memory_budget_bytes)
+            self._budget = open_budget(
+                budget_name(self._launch.env_id, self._slot), self._launch.memory_budget_bytes
+            )
             argv = join_command(self._budget, argv)
         self._oom_kills_before = self._budget.oom_kills() if self._budget else 0
         self._pid = spawn_process_group(argv, vllm_env(), log_path)

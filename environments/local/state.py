@@ -106,10 +106,16 @@ class LocalEnvState:
                 f"no local environment is recorded at {path}; start one with `inferchaos env up`"
             ) from e
         except json.JSONDecodeError as e:
-            raise EnvironmentNotUp(f"the state file {path} is corrupt ({e}); run `inferchaos env down`") from e
+            raise EnvironmentNotUp(
+                f"the state file {path} is corrupt ({e}); run `inferchaos env down`"
+            ) from e
         cfg = data["config"]
         data["config"] = LocalEnvConfig(
-            **{**cfg, "model": TinyModelSpec(**cfg["model"]), "vllm_extra_args": tuple(cfg.get("vllm_extra_args", ()))}
+            **{
+                **cfg,
+                "model": TinyModelSpec(**cfg["model"]),
+                "vllm_extra_args": tuple(cfg.get("vllm_extra_args", ())),
+            }
         )
         data["nodes"] = [RayNodeRecord.from_dict(n) for n in data["nodes"]]
         return cls(**data)

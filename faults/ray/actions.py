@@ -7,7 +7,11 @@ from typing import Any
 from faults.actions import Configuration, Secrets, inject_action, rollback_action
 
 # Chaos Toolkit function -> registered fault: how the inferchaos runner reads a `method`.
-FAULT_OF = {"kill_node": "kill_node", "leak_actors": "leak_actors", "stall_placement_group": "stall_placement_group"}
+FAULT_OF = {
+    "kill_node": "kill_node",
+    "leak_actors": "leak_actors",
+    "stall_placement_group": "stall_placement_group",
+}
 
 
 def kill_node(

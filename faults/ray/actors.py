@@ -118,11 +118,15 @@ class LeakActors(Fault):
     def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
         env = require_local(env, self.name)
         p = self._params(env, params)
-        handle = FaultHandle(fault=self.name, layer=self.layer, params=p, env=env.name, state={"actor_ids": []})
+        handle = FaultHandle(
+            fault=self.name, layer=self.layer, params=p, env=env.name, state={"actor_ids": []}
+        )
         ledger.record(handle)
         env.connect_ray()
         stop = threading.Event()
-        thread = threading.Thread(target=self._leak, args=(handle, ledger, stop), name=f"leak-{handle.id}", daemon=True)
+        thread = threading.Thread(
+            target=self._leak, args=(handle, ledger, stop), name=f"leak-{handle.id}", daemon=True
+        )
         handle.injected_at = time.time()
         ledger.record(handle)
         thread.start()
@@ -145,7 +149,9 @@ class LeakActors(Fault):
         from ray.util.state import list_actors
 
         prefix = f"ic-leak-{handle.id}-"
-        actors = list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)], limit=10_000, raise_on_missing_output=False)
+        actors = list_actors(
+            filters=[("ray_namespace", "=", LEAK_NAMESPACE)], limit=10_000, raise_on_missing_output=False
+        )
         return [a for a in actors if (a.name or "").startswith(prefix)]
 
     def _alive(self, handle: FaultHandle) -> int:
@@ -197,7 +203,9 @@ class LeakActors(Fault):
         # Ids from the ledger, plus any actor named for this handle whose id a crash lost.
         ids = set(handle.state.get("actor_ids", []))
         prefix = f"ic-leak-{handle.id}-"
-        for actor in list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)], limit=10_000, raise_on_missing_output=False):
+        for actor in list_actors(
+            filters=[("ray_namespace", "=", LEAK_NAMESPACE)], limit=10_000, raise_on_missing_output=False
+        ):
             if (actor.name or "").startswith(prefix) and actor.state != "DEAD":
                 ids.add(actor.actor_id)
         killed = [actor_id for actor_id in sorted(ids) if _kill_actor(actor_id)]

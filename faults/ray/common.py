@@ -26,7 +26,9 @@ class RayEnvironment(Protocol):
 def require_local(env: Any, fault: str) -> RayEnvironment:
     """Ray faults that kill processes need the embedded environment's process records."""
     if getattr(env, "name", None) != "local":
-        raise ConfigError(f"{fault} acts on the embedded local environment only, not on {getattr(env, 'name', env)!r}")
+        raise ConfigError(
+            f"{fault} acts on the embedded local environment only, not on {getattr(env, 'name', env)!r}"
+        )
     return env
 
 

@@ -58,7 +58,11 @@ class KillNode(Fault):
                 raise ConfigError(f"kill_node: no ALIVE Ray node has id {node_id!r}")
             target_name = names[0]
         elif replica is not None:
-            wanted = f"replica-{replica}" if isinstance(replica, int) and not isinstance(replica, bool) else str(replica)
+            wanted = (
+                f"replica-{replica}"
+                if isinstance(replica, int) and not isinstance(replica, bool)
+                else str(replica)
+            )
             records = [r for r in env.replica_records() if r.name == wanted]
             if not records:
                 raise ConfigError(f"kill_node: no replica named {wanted!r}")
@@ -75,7 +79,9 @@ class KillNode(Fault):
         if record is None:
             raise ConfigError(f"kill_node: node {target_name!r} is not one this environment started")
         if record.is_head:
-            raise ConfigError("kill_node: refusing the head node: it runs the GCS, the driver's connection and the front door")
+            raise ConfigError(
+                "kill_node: refusing the head node: it runs the GCS, the driver's connection and the front door"
+            )
         return record, ray_nodes[target_name].node_id
 
     def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
@@ -97,7 +103,11 @@ class KillNode(Fault):
             layer=self.layer,
             description=f"SIGKILL every process of Ray worker node {record.name} ({node_id[:12]}), "
             f"hosting {', '.join(hit) or 'no replica'}; revert starts a replacement worker",
-            targets=[f"ray-node:{record.name}:{node_id}", f"process-tree:{record.pid}", *[f"replica:{r}" for r in hit]],
+            targets=[
+                f"ray-node:{record.name}:{node_id}",
+                f"process-tree:{record.pid}",
+                *[f"replica:{r}" for r in hit],
+            ],
             params=params,
         )
 
@@ -129,9 +139,14 @@ class KillNode(Fault):
         logger.info("killed node %s: %d processes", record.name, len(killed))
 
         wait_s = param(params, "wait_dead_s", float, 15.0, self.name)
-        dead_at = wait_until(lambda: any(n.node_id == node_id and not n.alive for n in env.ray_nodes()), wait_s, 0.2)
+        dead_at = wait_until(
+            lambda: any(n.node_id == node_id and not n.alive for n in env.ray_nodes()), wait_s, 0.2
+        )
         handle.state["node_dead_at"] = dead_at
-        gone_at = {name: wait_until(lambda u=url: not _endpoint_answers(u), 5.0, 0.2) for name, url in handle.state["replica_urls"].items()}
+        gone_at = {
+            name: wait_until(lambda u=url: not _endpoint_answers(u), 5.0, 0.2)
+            for name, url in handle.state["replica_urls"].items()
+        }
         handle.state["replica_unreachable_at"] = gone_at
         ledger.record(handle)
         return handle

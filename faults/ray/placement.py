@@ -64,7 +64,9 @@ class StallPlacementGroup(Fault):
         per_node = [g for g in _free_gpus_per_node(env) if g >= 1]
         total_free = int(sum(per_node))
         if total_free < 1:
-            raise ConfigError("stall_placement_group: no free logical GPU in the cluster; a stall needs idle GPUs")
+            raise ConfigError(
+                "stall_placement_group: no free logical GPU in the cluster; a stall needs idle GPUs"
+            )
         if mode == "strict_spread":
             bundles, strategy = [{"GPU": 1.0}] * (len(per_node) + 1), "STRICT_SPREAD"
         elif mode == "strict_pack":
@@ -105,7 +107,12 @@ class StallPlacementGroup(Fault):
             layer=self.layer,
             params={**params, "mode": mode, "pending_threshold_s": threshold},
             env=env.name,
-            state={"pg_name": "", "strategy": strategy, "bundles": len(bundles), "free_gpus_before": free_gpus(env)},
+            state={
+                "pg_name": "",
+                "strategy": strategy,
+                "bundles": len(bundles),
+                "free_gpus_before": free_gpus(env),
+            },
         )
         handle.state["pg_name"] = f"ic-pg-{handle.id}"
         ledger.record(handle)
@@ -120,9 +127,9 @@ class StallPlacementGroup(Fault):
             wait_until(lambda: free_gpus(env) == 0, 15.0, 0.5)
             ref = ray.remote(num_gpus=1, num_cpus=0)(_waiting_task).remote()
         else:
-            ref = ray.remote(num_gpus=1, num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0))(
-                _waiting_task
-            ).remote()
+            ref = ray.remote(
+                num_gpus=1, num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0)
+            )(_waiting_task).remote()
         self._work_refs[handle.id] = ref
         handle.state["work_submitted_at"] = time.time()
         ledger.record(handle)
@@ -190,5 +197,9 @@ class StallPlacementGroup(Fault):
                 "gpus_free": free,
                 "waiting_work_started": started,
             },
-            timestamps={k: v for k, v in {"injected_at": handle.injected_at, "reverted_at": handle.reverted_at}.items() if v},
+            timestamps={
+                k: v
+                for k, v in {"injected_at": handle.injected_at, "reverted_at": handle.reverted_at}.items()
+                if v
+            },
         )

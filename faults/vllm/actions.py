@@ -37,7 +37,9 @@ def kill_engine(
     secrets: Secrets = None,
 ) -> dict[str, Any]:
     """SIGKILL one replica's EngineCore process."""
-    return inject_action("kill_engine", {"replica": replica, "allow_total_outage": allow_total_outage}, configuration)
+    return inject_action(
+        "kill_engine", {"replica": replica, "allow_total_outage": allow_total_outage}, configuration
+    )
 
 
 def rollback_kill_engine(configuration: Configuration = None, secrets: Secrets = None) -> list[str]:

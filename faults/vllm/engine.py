@@ -62,7 +62,11 @@ class KillEngine(Fault):
     def _target(self, env: Any, params: dict[str, Any]) -> tuple[ReplicaRecord, list[ReplicaRecord]]:
         reject_unknown(params, PARAMS, self.name)
         replica = params.get("replica", 0)
-        wanted = f"replica-{replica}" if isinstance(replica, int) and not isinstance(replica, bool) else str(replica)
+        wanted = (
+            f"replica-{replica}"
+            if isinstance(replica, int) and not isinstance(replica, bool)
+            else str(replica)
+        )
         records = env.replica_records()
         target = next((r for r in records if r.name == wanted), None)
         if target is None:
@@ -71,7 +75,9 @@ class KillEngine(Fault):
             raise ConfigError(f"kill_engine: {wanted} is {target.state}, not healthy; nothing to kill")
         others = [r for r in records if r.name != wanted and r.state == "healthy"]
         if not others and not param(params, "allow_total_outage", bool, False, self.name):
-            raise ConfigError(f"kill_engine: {wanted} is the only healthy replica; set allow_total_outage to allow it")
+            raise ConfigError(
+                f"kill_engine: {wanted} is the only healthy replica; set allow_total_outage to allow it"
+            )
         return target, others
 
     def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
@@ -115,7 +121,9 @@ class KillEngine(Fault):
         wait_s = param(params, "wait_exit_s", float, 30.0, self.name)
         # The server notices its engine is gone, answers 503 for a moment, then exits.
         handle.state["unhealthy_at"] = wait_until(lambda: _health_status(target.url) != 200, wait_s, 0.1)
-        handle.state["server_exited_at"] = wait_until(lambda: not psutil.pid_exists(target.vllm_pid) or _is_zombie(target.vllm_pid), wait_s, 0.2)
+        handle.state["server_exited_at"] = wait_until(
+            lambda: not psutil.pid_exists(target.vllm_pid) or _is_zombie(target.vllm_pid), wait_s, 0.2
+        )
         ledger.record(handle)
         return handle
 
@@ -129,7 +137,9 @@ class KillEngine(Fault):
             env.connect_ray()
             from ray.util.state import list_actors
 
-            for actor in list_actors(filters=[("pid", "=", handle.state["actor_pid"])], raise_on_missing_output=False):
+            for actor in list_actors(
+                filters=[("pid", "=", handle.state["actor_pid"])], raise_on_missing_output=False
+            ):
                 if actor.state == "ALIVE" and actor.name:
                     try:
                         replica = ray.get_actor(actor.name, namespace=actor.ray_namespace)
@@ -142,7 +152,10 @@ class KillEngine(Fault):
 
     def _replacement(self, env: Any, handle: FaultHandle) -> ReplicaRecord | None:
         for record in env.replica_records():
-            if record.name == handle.state["replica"] and record.started_at > handle.state["started_at_before"]:
+            if (
+                record.name == handle.state["replica"]
+                and record.started_at > handle.state["started_at_before"]
+            ):
                 return record
         return None
 
@@ -152,7 +165,11 @@ class KillEngine(Fault):
         unhealthy_at = handle.state.get("unhealthy_at")
         exited_at = handle.state.get("server_exited_at")
         bit = unhealthy_at is not None and exited_at is not None
-        healthy_again = replacement is not None and replacement.state == "healthy" and _health_status(replacement.url) == 200
+        healthy_again = (
+            replacement is not None
+            and replacement.state == "healthy"
+            and _health_status(replacement.url) == 200
+        )
         timestamps = {
             k: v
             for k, v in {
@@ -167,8 +184,12 @@ class KillEngine(Fault):
         symptoms = {
             "replica": handle.state["replica"],
             "engine_pid": handle.state["engine_pid"],
-            "health_failed_after_s": round(unhealthy_at - handle.injected_at, 2) if unhealthy_at and handle.injected_at else None,
-            "server_exited_after_s": round(exited_at - handle.injected_at, 2) if exited_at and handle.injected_at else None,
+            "health_failed_after_s": round(unhealthy_at - handle.injected_at, 2)
+            if unhealthy_at and handle.injected_at
+            else None,
+            "server_exited_after_s": round(exited_at - handle.injected_at, 2)
+            if exited_at and handle.injected_at
+            else None,
             "replica_replaced": replacement is not None,
             "replica_healthy_again": healthy_again,
         }

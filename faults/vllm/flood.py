@@ -32,8 +32,29 @@ from steady_state.vllm import parse_metrics
 
 logger = logging.getLogger(__name__)
 
-PARAMS = {"target", "concurrency", "rate_per_s", "duration_s", "prompt_fraction", "max_concurrency", "saturate_timeout_s"}
-WORDS = ("alpha", "beta", "gamma", "delta", "omega", "serve", "token", "cache", "block", "queue", "node", "ray")
+PARAMS = {
+    "target",
+    "concurrency",
+    "rate_per_s",
+    "duration_s",
+    "prompt_fraction",
+    "max_concurrency",
+    "saturate_timeout_s",
+}
+WORDS = (
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "omega",
+    "serve",
+    "token",
+    "cache",
+    "block",
+    "queue",
+    "node",
+    "ray",
+)
 DEFAULT_MAX_CONCURRENCY = 64
 
 
@@ -168,7 +189,9 @@ class _FloodThread(threading.Thread):
                 if response.status_code != 200:
                     self.obs.failed += 1
                     if len(self.obs.errors) < 5:
-                        self.obs.errors.append(f"HTTP {response.status_code}: {(await response.aread())[:200]!r}")
+                        self.obs.errors.append(
+                            f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+                        )
                     return
                 async for _ in response.aiter_lines():
                     pass
@@ -228,7 +251,9 @@ class FloodKvCache(Fault):
             except (httpx.HTTPError, ProbeError) as e:
                 raise FaultError(f"flood_kv_cache: could not read KV capacity from {url}: {e}") from e
         if capacity <= 0:
-            raise FaultError("flood_kv_cache: the replicas do not report their KV capacity (vllm:cache_config_info)")
+            raise FaultError(
+                "flood_kv_cache: the replicas do not report their KV capacity (vllm:cache_config_info)"
+            )
         prompt_tokens = int(max_len * fraction)
         sample = _prompt(200, 0)
         tokens_per_word = _count_tokens(target.url, target.model, sample) / 200
@@ -242,7 +267,9 @@ class FloodKvCache(Fault):
             concurrency = per_replica * len(target.metrics_urls)
         cap = param(params, "max_concurrency", int, DEFAULT_MAX_CONCURRENCY, self.name)
         if not 1 <= concurrency <= cap:
-            raise ConfigError(f"flood_kv_cache: concurrency {concurrency} must be between 1 and max_concurrency {cap}")
+            raise ConfigError(
+                f"flood_kv_cache: concurrency {concurrency} must be between 1 and max_concurrency {cap}"
+            )
         return target, FloodSettings(
             url=target.url,
             model=target.model,
@@ -333,7 +360,9 @@ class FloodKvCache(Fault):
             "concurrency": handle.state["settings"]["concurrency"],
             "prompt_tokens": handle.state["settings"]["prompt_tokens"],
             "max_kv_cache_usage": round(obs.get("max_kv_usage", 0.0), 3),
-            "saturated_after_s": round(obs["saturated_at"] - injected, 2) if obs.get("saturated_at") else None,
+            "saturated_after_s": round(obs["saturated_at"] - injected, 2)
+            if obs.get("saturated_at")
+            else None,
             "max_waiting": obs.get("max_waiting", 0),
             "preemptions": preempted,
             "probe_ttft_before_s": before,

@@ -25,7 +25,9 @@ def test_status_shows_head_and_workers_alive_with_logical_gpus(
     assert sorted(n.gpus for n in workers) == [env_config.gpus_per_worker] * env_config.workers
 
 
-def test_each_replica_is_healthy_on_its_own_worker(local_env: LocalEnvironment, env_config: LocalEnvConfig) -> None:
+def test_each_replica_is_healthy_on_its_own_worker(
+    local_env: LocalEnvironment, env_config: LocalEnvConfig
+) -> None:
     status = local_env.status()
     replicas = status.vllm.replicas
     assert len(replicas) == env_config.replicas

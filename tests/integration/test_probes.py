@@ -22,7 +22,9 @@ def _by_name(samples: list) -> dict[str, float]:
 
 def test_vllm_probe_counts_exactly_the_prompt_tokens_sent(local_env: LocalEnvironment) -> None:
     replica = next(r for r in local_env.status().vllm.replicas if r.name == "replica-0")
-    tokens = httpx.post(f"{replica.url}/tokenize", json={"model": "tiny-llama", "prompt": "count these tokens exactly"}).json()
+    tokens = httpx.post(
+        f"{replica.url}/tokenize", json={"model": "tiny-llama", "prompt": "count these tokens exactly"}
+    ).json()
     per_request, requests = int(tokens["count"]), 7
     probe = VllmProbe(replica.name, replica.metrics_url, f"{replica.url}/health")
 
@@ -48,7 +50,9 @@ def test_vllm_probe_counts_exactly_the_prompt_tokens_sent(local_env: LocalEnviro
 
 def test_canary_ttft_is_positive_and_below_e2e(local_env: LocalEnvironment) -> None:
     status = local_env.status()
-    canary = CanaryProbe(CanaryConfig(base_url=status.front_door.url, model=status.model.name, rate_per_s=4.0))
+    canary = CanaryProbe(
+        CanaryConfig(base_url=status.front_door.url, model=status.model.name, rate_per_s=4.0)
+    )
 
     async def sample() -> list:
         await canary.start()
@@ -65,10 +69,14 @@ def test_canary_ttft_is_positive_and_below_e2e(local_env: LocalEnvironment) -> N
     assert len(ttfts) == len(e2es) and all(t < e for t, e in zip(ttfts, e2es, strict=True))
 
 
-def test_ray_probe_counts_the_nodes_and_logical_gpus(local_env: LocalEnvironment, env_config: LocalEnvConfig) -> None:
+def test_ray_probe_counts_the_nodes_and_logical_gpus(
+    local_env: LocalEnvironment, env_config: LocalEnvConfig
+) -> None:
     probe = RayProbe(local_env.load_state().dashboard_url, local_env.connect_ray)
     values = _by_name(asyncio.run(probe.read()))
     assert values["ray.nodes_alive"] == env_config.workers + 1
     assert values["ray.gpus_total"] == env_config.workers * env_config.gpus_per_worker
     # Each replica holds one logical GPU.
-    assert values["ray.gpus_available"] == env_config.workers * env_config.gpus_per_worker - env_config.replicas
+    assert (
+        values["ray.gpus_available"] == env_config.workers * env_config.gpus_per_worker - env_config.replicas
+    )

@@ -15,14 +15,14 @@ pytest_plugins = ["pytester"]
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
-GATE = f'''
+GATE = f"""
 import pytest
 
 @pytest.mark.chaos(layer="ray")
 def test_pg_stall_gate(run_experiment):
     verdict = run_experiment({str(EXPERIMENTS / "strict_pg_stall.yaml")!r})
     assert verdict.status == "passed", verdict.reason
-'''
+"""
 
 
 def test_a_gate_runs_an_experiment_and_reports_one_junit_testcase(

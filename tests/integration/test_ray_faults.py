@@ -20,12 +20,6 @@ from steady_state.openai_stream import stream_completion
 pytestmark = pytest.mark.integration
 
 
-
-
-
-
-
-
 def test_leak_actors_exhausts_gpus_then_revert_kills_exactly_its_actors(
     local_env: LocalEnvironment, tmp_path: Path
 ) -> None:
@@ -97,7 +91,9 @@ def test_kill_node_marks_dead_keeps_serving_and_replica_returns(
 
     handle = fault.inject(local_env, {"replica": 1}, ledger)
     served = [
-        stream_completion(status.front_door.url, status.model.name, "still there?", max_tokens=4, timeout_s=10)
+        stream_completion(
+            status.front_door.url, status.model.name, "still there?", max_tokens=4, timeout_s=10
+        )
         for _ in range(10)
     ]
     evidence = fault.evidence(local_env, handle)

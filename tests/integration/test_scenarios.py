@@ -45,7 +45,9 @@ def test_scenario_passes_on_a_healthy_environment(
 
     if scenario == "gpu_memory_squat" and not budgets_available()[0]:
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
-    result = _inferchaos(["run", str(EXPERIMENTS / f"{scenario}.yaml"), "--out", str(tmp_path)], integration_home)
+    result = _inferchaos(
+        ["run", str(EXPERIMENTS / f"{scenario}.yaml"), "--out", str(tmp_path)], integration_home
+    )
     verdict = _verdict(tmp_path, scenario)
     print(f"{scenario}: {verdict['status']} — {verdict['reason']}; timing {verdict['timing']}")
     assert result.returncode == 0, f"{verdict['reason']}\n{result.stderr[-2000:]}"
@@ -75,7 +77,9 @@ def test_impossible_ttft_slo_fails_with_exit_1_and_names_vllm(
     assert "canary_ttft_p95" in verdict["reason"]
     assert verdict["triage"]["layer"] == "vllm", verdict["triage"]
     assert verdict["timing"]["time_to_detect_s"] is not None
-    print(f"impossible SLO: detected in {verdict['timing']['time_to_detect_s']:.2f} s; triage {verdict['triage']['reason']}")
+    print(
+        f"impossible SLO: detected in {verdict['timing']['time_to_detect_s']:.2f} s; triage {verdict['triage']['reason']}"
+    )
 
 
 def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
@@ -86,7 +90,15 @@ def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
     from faults.ray.actors import LEAK_NAMESPACE
 
     runner = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "run", str(EXPERIMENTS / "actor_leak.yaml"), "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "experiments.cli",
+            "run",
+            str(EXPERIMENTS / "actor_leak.yaml"),
+            "--out",
+            str(tmp_path),
+        ],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

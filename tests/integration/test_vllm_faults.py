@@ -20,8 +20,6 @@ from steady_state.vllm import parse_metrics
 pytestmark = pytest.mark.integration
 
 
-
-
 def test_kv_flood_saturates_the_cache_and_the_queue_drains_after_revert(
     local_env: LocalEnvironment, tmp_path: Path
 ) -> None:
@@ -62,20 +60,27 @@ def test_kill_engine_makes_replica_unhealthy_front_door_serves_and_replica_retur
     evidence = fault.evidence(local_env, handle)
     print("engine death evidence:", evidence)
     assert evidence.bit, evidence.reason
-    assert not psutil.pid_exists(handle.state["server_pid"]) or psutil.Process(handle.state["server_pid"]).status() == "zombie"
+    assert (
+        not psutil.pid_exists(handle.state["server_pid"])
+        or psutil.Process(handle.state["server_pid"]).status() == "zombie"
+    )
     # Serve routes around the dead replica once its health checks have failed (1 s period,
     # 3 failures); until then some requests still land on it. Measure how long that lasts.
     results = []
 
     def five_in_a_row_from_survivor() -> bool:
-        results.append(stream_completion(status.front_door.url, status.model.name, "anyone?", max_tokens=4, timeout_s=15))
+        results.append(
+            stream_completion(status.front_door.url, status.model.name, "anyone?", max_tokens=4, timeout_s=15)
+        )
         tail = results[-5:]
         return len(tail) == 5 and all(r.ok and r.replica == "replica-1" for r in tail)
 
     settled = wait_until(five_in_a_row_from_survivor, 60, 0.2)
     availability = sum(r.ok for r in results) / len(results)
-    print(f"front door during engine death: {availability:.2f} of {len(results)} requests ok; "
-          f"only the survivor serves {settled - handle.injected_at if settled else float('nan'):.1f} s after the kill")
+    print(
+        f"front door during engine death: {availability:.2f} of {len(results)} requests ok; "
+        f"only the survivor serves {settled - handle.injected_at if settled else float('nan'):.1f} s after the kill"
+    )
     assert settled is not None, "the front door must serve from the surviving replica"
 
     fault.revert(local_env, handle, ledger)
@@ -84,5 +89,7 @@ def test_kill_engine_makes_replica_unhealthy_front_door_serves_and_replica_retur
     after = fault.evidence(local_env, handle)
     print("engine death evidence after revert:", after)
     assert after.symptoms["replica_healthy_again"]
-    print(f"engine death recovery: replica healthy {after.timestamps['replica_healthy_at'] - handle.injected_at:.1f} s after the kill")
+    print(
+        f"engine death recovery: replica healthy {after.timestamps['replica_healthy_at'] - handle.injected_at:.1f} s after the kill"
+    )
     assert ledger.is_empty()

@@ -36,7 +36,9 @@ def test_more_targets_than_allowed_at_once_are_refused() -> None:
     with pytest.raises(ConfigError, match="max_targets"):
         ensure_plan_is_allowed(["vllm:replica-0", "vllm:replica-1"], AllowList(max_targets=1))
     # A node and the replica it hosts are one target, not two.
-    ensure_plan_is_allowed(["ray-node:worker-2:abc", "process-tree:12", "replica:replica-1"], AllowList(max_targets=1))
+    ensure_plan_is_allowed(
+        ["ray-node:worker-2:abc", "process-tree:12", "replica:replica-1"], AllowList(max_targets=1)
+    )
 
 
 def test_another_ray_cluster_is_refused() -> None:

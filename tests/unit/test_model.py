@@ -67,7 +67,9 @@ def test_second_build_reuses_the_cached_model(tmp_path: Path) -> None:
         (TinyModelSpec(max_model_len=64), "max_model_len"),
     ],
 )
-def test_bad_size_knobs_are_rejected_with_the_knob_named(spec: TinyModelSpec, knob: str, tmp_path: Path) -> None:
+def test_bad_size_knobs_are_rejected_with_the_knob_named(
+    spec: TinyModelSpec, knob: str, tmp_path: Path
+) -> None:
     with pytest.raises(ConfigError, match=knob):
         ensure_model(spec, tmp_path)
     assert not any(tmp_path.iterdir()), "nothing may be written for an invalid spec"

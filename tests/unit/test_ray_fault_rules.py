@@ -23,7 +23,9 @@ PORTS = NodePorts(0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def _node(name: str, pid: int, head: bool = False) -> RayNodeRecord:
-    return RayNodeRecord(name=name, pid=pid, is_head=head, num_cpus=2, num_gpus=0 if head else 2, ports=PORTS, log_path="")
+    return RayNodeRecord(
+        name=name, pid=pid, is_head=head, num_cpus=2, num_gpus=0 if head else 2, ports=PORTS, log_path=""
+    )
 
 
 def _replica(name: str, node_id: str, state: str = "healthy") -> ReplicaRecord:
@@ -55,7 +57,10 @@ class FakeRayEnv:
         return nodes
 
     def replica_records(self) -> list[ReplicaRecord]:
-        return [_replica("replica-0", "a" * 56, self.replica_states[0]), _replica("replica-1", "b" * 56, self.replica_states[1])]
+        return [
+            _replica("replica-0", "a" * 56, self.replica_states[0]),
+            _replica("replica-1", "b" * 56, self.replica_states[1]),
+        ]
 
     def connect_ray(self) -> None:
         raise AssertionError("a refusal must be decided before Ray is contacted")
@@ -96,7 +101,9 @@ def test_kill_node_refuses_a_total_outage_unless_allowed() -> None:
     assert KillNode().plan(env, {"replica": 1, "allow_total_outage": True}).targets
 
 
-def test_kill_node_revert_from_the_ledger_starts_one_replacement_however_often_it_runs(tmp_path: Path) -> None:
+def test_kill_node_revert_from_the_ledger_starts_one_replacement_however_often_it_runs(
+    tmp_path: Path,
+) -> None:
     env = FakeRayEnv()
     ledger = Ledger(tmp_path)
     # What a crashed runner left: the node was killed, nothing replaced it yet.

@@ -53,7 +53,9 @@ def test_cli_maps_an_interrupted_run_to_130(
 ) -> None:
     """The CLI's run path turns the verdict of a real interrupted run into exit 130."""
     monkeypatch.setattr(
-        cli, "run_experiment", lambda spec, env, options, progress=None, probe_factory=None: interrupted_run.verdict
+        cli,
+        "run_experiment",
+        lambda spec, env, options, progress=None, probe_factory=None: interrupted_run.verdict,
     )
     assert EXIT_INTERRUPTED == 130
     code = cli._run_one(KV_FLOOD, FakeEnv(), tmp_path / "runs", 1.0, False)  # type: ignore[arg-type]
@@ -69,7 +71,9 @@ def test_cli_maps_verdicts_to_their_exit_code(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     result: RunResult = request.getfixturevalue(scenario)
-    monkeypatch.setattr(cli, "run_experiment", lambda spec, env, options, progress=None, probe_factory=None: result.verdict)
+    monkeypatch.setattr(
+        cli, "run_experiment", lambda spec, env, options, progress=None, probe_factory=None: result.verdict
+    )
     assert cli._run_one(KV_FLOOD, FakeEnv(), tmp_path / "runs", 1.0, False) == code  # type: ignore[arg-type]
 
 

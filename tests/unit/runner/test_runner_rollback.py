@@ -68,7 +68,9 @@ def test_inject_error_after_the_ledger_write_is_reverted_from_the_ledger(inject_
 def test_unexpected_exception_in_inject_is_still_reverted(tmp_path: Path, private_home: Path) -> None:
     """A bug in a fault (not an InferchaosError) must not leave the injection in place."""
     spec = make_spec(tmp_path / "buggy.yaml")
-    result = run_fake_experiment(spec, tmp_path / "run", script=FaultScript(inject_raises=RuntimeError("bug in the fault")))
+    result = run_fake_experiment(
+        spec, tmp_path / "run", script=FaultScript(inject_raises=RuntimeError("bug in the fault"))
+    )
     assert result.error is None, result.error
     assert str(result.verdict.status) == "error"
     assert "RuntimeError: bug in the fault" in result.verdict.reason

@@ -38,7 +38,9 @@ def test_reading_only_the_needed_families_keeps_every_one_of_their_samples(
     text: str = request.getfixturevalue(fixture)
 
     def samples(exposition: str) -> dict[str, list[object]]:
-        return {f.name: f.samples for f in text_string_to_metric_families(exposition) if f.name in READ_FAMILIES}
+        return {
+            f.name: f.samples for f in text_string_to_metric_families(exposition) if f.name in READ_FAMILIES
+        }
 
     kept = read_families_only(text)
     assert samples(kept) == samples(text)
