@@ -19,10 +19,10 @@ from pathlib import Path
 
 from bench_server import bench_server  # bench/, the folder of this script
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from environments.local.model import ensure_model
-from environments.local.processes import free_port, processes_with_marker
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.environments.local.model import ensure_model
+from inferchaos.environments.local.processes import free_port, processes_with_marker
 
 
 def cold_start_one_replica(config: LocalEnvConfig, home: Path) -> float:

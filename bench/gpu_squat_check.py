@@ -19,9 +19,15 @@ import time
 import uuid
 from pathlib import Path
 
-from faults.gpu.cuda import cuda_available
-from faults.gpu.launch import SquatterSpec, end_squatter, squatter_process, start_squatter, wait_ready
-from faults.gpu.nvml import GpuObservation, Nvml, NvmlError
+from inferchaos.faults.gpu.cuda import cuda_available
+from inferchaos.faults.gpu.launch import (
+    SquatterSpec,
+    end_squatter,
+    squatter_process,
+    start_squatter,
+    wait_ready,
+)
+from inferchaos.faults.gpu.nvml import GpuObservation, Nvml, NvmlError
 from inferchaos.errors import FaultError
 
 DEVICE = 0

@@ -70,7 +70,7 @@ import httpx
 from bench_server import bench_server  # bench/, the folder of this script
 
 from inferchaos.errors import EnvironmentError_, InferchaosError
-from steady_state.vllm import Histogram, parse_metrics
+from inferchaos.steady_state.vllm import Histogram, parse_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def serving(args: argparse.Namespace, folder: Path) -> Iterator[Target]:
             raise BenchError("--url needs --model and --tokenizer (a tokenizer folder or name)")
         yield Target(args.url.rstrip("/"), args.model, args.tokenizer)
     elif args.env:
-        from environments.local.env import LocalEnvironment
+        from inferchaos.environments.local.env import LocalEnvironment
 
         status = LocalEnvironment().status()
         healthy = [r for r in sorted(status.vllm.replicas, key=lambda r: r.name) if r.healthy]

@@ -31,14 +31,14 @@ import statistics
 import time
 from typing import Any
 
-from environments.local.env import LocalEnvironment
-from experiments.probes import build_probes
-from faults.ledger import Ledger
-from faults.params import wait_until
-from faults.vllm.engine import KillEngine
-from steady_state.canary import phase_between_ticks
-from steady_state.sampler import Sampler, Tick
-from steady_state.timeline import Timeline
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.experiments.probes import build_probes
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.params import wait_until
+from inferchaos.faults.vllm.engine import KillEngine
+from inferchaos.steady_state.canary import phase_between_ticks
+from inferchaos.steady_state.sampler import Sampler, Tick
+from inferchaos.steady_state.timeline import Timeline
 
 
 def _cpu_s() -> float:

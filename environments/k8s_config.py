@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from faults.k8s.allowlist import K8sAllowList
+from inferchaos.faults.k8s.allowlist import K8sAllowList
 from inferchaos.config_files import read_config_mapping
 from inferchaos.errors import ConfigError
 

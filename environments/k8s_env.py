@@ -25,13 +25,20 @@ from kubernetes.client import CoreV1Api, V1Pod
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, ReplicaStatus, VllmStatus
-from environments.k8s_config import K8sEnvConfig
-from environments.kind.lifecycle import run_kind_script
-from environments.local.env import connect_driver, list_ray_nodes
-from faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
+from inferchaos.environments.base import (
+    EnvStatus,
+    FrontDoorStatus,
+    ModelStatus,
+    RayStatus,
+    ReplicaStatus,
+    VllmStatus,
+)
+from inferchaos.environments.k8s_config import K8sEnvConfig
+from inferchaos.environments.kind.lifecycle import run_kind_script
+from inferchaos.environments.local.env import connect_driver, list_ray_nodes
+from inferchaos.faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
 from inferchaos.errors import ConfigError, EnvironmentNotUp
-from steady_state.k8s import K8sProbe
+from inferchaos.steady_state.k8s import K8sProbe
 
 logger = logging.getLogger(__name__)
 

@@ -14,23 +14,29 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
-from environments.base import EnvStatus
-from environments.k8s_config import K8S_ENVS, load_k8s_env_config
-from environments.k8s_env import K8sEnvironment
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from environments.local.model import TinyModelSpec, ensure_model
-from experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
-from experiments.load import LOAD_PROFILES, load_probe_factory
-from experiments.probes import build_probes
-from experiments.progress import Progress
-from experiments.runner import RunOptions, check_environment, describe_plan, plan_run, run_experiment
-from experiments.spec import ExperimentSpec, load_and_validate
-from experiments.suites import SUITES, default_suite, ensure_suite_matches_env, suite_paths
-from experiments.verdict import EXIT_INTERRUPTED, Verdict
-from faults.base import FaultPlan
-from faults.ledger import Ledger
-from faults.registry import get_fault
+from inferchaos.environments.base import EnvStatus
+from inferchaos.environments.k8s_config import K8S_ENVS, load_k8s_env_config
+from inferchaos.environments.k8s_env import K8sEnvironment
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.environments.local.model import TinyModelSpec, ensure_model
+from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
+from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
+from inferchaos.experiments.probes import build_probes
+from inferchaos.experiments.progress import Progress
+from inferchaos.experiments.runner import (
+    RunOptions,
+    check_environment,
+    describe_plan,
+    plan_run,
+    run_experiment,
+)
+from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
+from inferchaos.experiments.suites import SUITES, default_suite, ensure_suite_matches_env, suite_paths
+from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Verdict
+from inferchaos.faults.base import FaultPlan
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import get_fault
 from inferchaos.errors import ConfigError, InferchaosError
 
 logger = logging.getLogger(__name__)
@@ -41,18 +47,16 @@ CONFIG_OPTION = click.option(
     "--config", "config_file", type=click.Path(path_type=Path), default=None,
     help="kind/cluster: the environment config with its allow-list (environments/cluster.example.yaml).",
 )  # fmt: skip
-OWN_LOGGERS = ("inferchaos", "experiments", "environments", "faults", "steady_state", "reports")
 
 
 def _configure_logging(verbose: bool) -> None:
-    """Send our own module loggers to stderr; third-party loggers stay as they are."""
+    """Send the ``inferchaos`` logger tree to stderr; third-party loggers stay as they are."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in OWN_LOGGERS:
-        log = logging.getLogger(name)
-        log.setLevel(logging.INFO if verbose else logging.WARNING)
-        log.addHandler(handler)
-        log.propagate = False
+    log = logging.getLogger("inferchaos")
+    log.setLevel(logging.INFO if verbose else logging.WARNING)
+    log.addHandler(handler)
+    log.propagate = False
 
 
 def _model_options(func: click.decorators.FC) -> click.decorators.FC:
@@ -410,8 +414,8 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
                 click.echo(f"inferchaos: game day interrupted; not run: {', '.join(skipped)}", err=True)
             break
     if out_dir.is_dir():
-        from reports.errors import ReportError
-        from reports.render import render_index
+        from inferchaos.reports.errors import ReportError
+        from inferchaos.reports.render import render_index
 
         try:
             console.print(f"game-day index: {render_index(out_dir)}", highlight=False)
@@ -532,7 +536,7 @@ def _print_plans(planned: list[_PlannedRun]) -> None:
 )
 def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) -> None:
     """Show a live table of the key probes per layer and write the timeline; injects nothing."""
-    from experiments.observe import observe
+    from inferchaos.experiments.observe import observe
 
     if duration <= 0:
         raise ConfigError(f"--duration must be positive, got {duration}")
@@ -579,7 +583,7 @@ def cleanup(config_file: Path | None) -> None:
 @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
 def report(run_dir: Path) -> None:
     """Re-render report.html, junit.xml and summary.md of a run folder from its stored files."""
-    from reports.render import render_run
+    from inferchaos.reports.render import render_run
 
     for path in render_run(run_dir):
         click.echo(str(path))

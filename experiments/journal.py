@@ -6,8 +6,8 @@ import platform
 from datetime import UTC, datetime
 from typing import Any
 
-from experiments.spec import ExperimentSpec
-from experiments.verdict import Status, Verdict
+from inferchaos.experiments.spec import ExperimentSpec
+from inferchaos.experiments.verdict import Status, Verdict
 
 # Chaos Toolkit's journal status words for our verdict statuses: a run whose baseline was not
 # met is "aborted" in both vocabularies, never "completed".

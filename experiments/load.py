@@ -24,12 +24,12 @@ from typing import Any
 
 import psutil
 
-from environments.local.processes import spawn_process_group
-from experiments.probes import build_probes
+from inferchaos.environments.local.processes import spawn_process_group
+from inferchaos.experiments.probes import build_probes
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
-from steady_state.base import Probe, Sample
+from inferchaos.steady_state.base import Probe, Sample
 
 logger = logging.getLogger(__name__)
 

@@ -388,7 +388,11 @@ class ChaosPlan:
             )
         if options.chaos_at < 0 or options.chaos_stop_timeout <= 0:
             raise ConfigError("--chaos-at must be >= 0 and --chaos-stop-timeout > 0")
-        command = tuple(shlex.split(options.chaos_command)) or (sys.executable, "-m", "experiments.cli")
+        command = tuple(shlex.split(options.chaos_command)) or (
+            sys.executable,
+            "-m",
+            "inferchaos.experiments.cli",
+        )
         return cls(experiment.resolve(), options.chaos_at, Path(options.chaos_out).resolve(), command,
                    options.chaos_stop_timeout)  # fmt: skip
 

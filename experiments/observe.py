@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from experiments.probes import build_probes
-from steady_state.canary import phase_between_ticks
-from steady_state.sampler import Sampler, Tick
-from steady_state.timeline import Row, Timeline, TimelineWriter
+from inferchaos.experiments.probes import build_probes
+from inferchaos.steady_state.canary import phase_between_ticks
+from inferchaos.steady_state.sampler import Sampler, Tick
+from inferchaos.steady_state.timeline import Row, Timeline, TimelineWriter
 
 # (layer, probe, how to show it): the numbers a person watches on a game day.
 KEY_PROBES: tuple[tuple[str, str, str], ...] = (

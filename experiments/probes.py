@@ -6,10 +6,10 @@ import importlib
 import logging
 from typing import Any
 
-from steady_state.base import Probe
-from steady_state.canary import CanaryConfig, CanaryProbe
-from steady_state.ray import RayProbe
-from steady_state.vllm import VllmProbe
+from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe
+from inferchaos.steady_state.ray import RayProbe
+from inferchaos.steady_state.vllm import VllmProbe
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def build_probes(env: Any, canary_rate_per_s: float = 2.0) -> tuple[list[Probe],
 def _device_probe(env: Any) -> Probe | None:
     """The device probe, where the device layer is installed (it reports unavailability itself)."""
     try:
-        module = importlib.import_module("steady_state.device")
+        module = importlib.import_module("inferchaos.steady_state.device")
     except ImportError:
         logger.info("no device probe in this installation")
         return None

@@ -19,23 +19,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.env_config import AllowList, ensure_plan_is_allowed
-from experiments.journal import build_journal
-from experiments.probes import build_probes
-from experiments.redact import redact, secret_values
-from experiments.spec import ExperimentSpec
-from experiments.verdict import FaultOutcome, Status, Timing, Verdict
-from faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from faults.ledger import Ledger
-from faults.registry import get_fault
+from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
+from inferchaos.experiments.journal import build_journal
+from inferchaos.experiments.probes import build_probes
+from inferchaos.experiments.redact import redact, secret_values
+from inferchaos.experiments.spec import ExperimentSpec
+from inferchaos.experiments.verdict import FaultOutcome, Status, Timing, Verdict
+from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import get_fault
 from inferchaos.errors import EnvironmentError_, InferchaosError
-from steady_state.base import Probe
-from steady_state.canary import phase_between_ticks
-from steady_state.evaluation import evaluate, evaluate_slo, phase_windows, recover
-from steady_state.sampler import Sampler, Tick
-from steady_state.slo import Phase, SloSpec
-from steady_state.timeline import Mark, Timeline, TimelineWriter
-from steady_state.triage import triage
+from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.canary import phase_between_ticks
+from inferchaos.steady_state.evaluation import evaluate, evaluate_slo, phase_windows, recover
+from inferchaos.steady_state.sampler import Sampler, Tick
+from inferchaos.steady_state.slo import Phase, SloSpec
+from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter
+from inferchaos.steady_state.triage import triage
 
 logger = logging.getLogger(__name__)
 
@@ -553,7 +553,7 @@ class Runner:
 
 def triage_thresholds(spec: ExperimentSpec) -> dict[str, float]:
     """Thresholds triage cannot know by itself: how much device memory a replica needs."""
-    from faults.gpu.squat import DEFAULT_REPLICA_NEED_BYTES
+    from inferchaos.faults.gpu.squat import DEFAULT_REPLICA_NEED_BYTES
 
     need = spec.fault.params.get("replica_need_bytes") or DEFAULT_REPLICA_NEED_BYTES
     return {"device.free_bytes": float(need)}
@@ -581,7 +581,7 @@ async def _close_probes(probes: list[Probe]) -> None:
 
 def _render_reports(run_dir: Path) -> None:
     """report.html, junit.xml and summary.md, where the reports layer is installed."""
-    from reports.render import ReportError, render_run
+    from inferchaos.reports.render import ReportError, render_run
 
     try:
         render_run(run_dir)

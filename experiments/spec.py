@@ -20,18 +20,38 @@ from typing import Any
 import yaml
 
 from inferchaos.errors import ConfigError
-from steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
+from inferchaos.steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
 
 logger = logging.getLogger(__name__)
 
 FAULT_ACTION_MODULES = (
-    "faults.ray.actions",
-    "faults.vllm.actions",
-    "faults.gpu.actions",
-    "faults.k8s.actions",
+    "inferchaos.faults.ray.actions",
+    "inferchaos.faults.vllm.actions",
+    "inferchaos.faults.gpu.actions",
+    "inferchaos.faults.k8s.actions",
 )
 ENVIRONMENTS = ("local", "kind", "cluster")
 CTK_PARAMS = {"configuration", "secrets"}
+# Before 0.2 the packages were installed top-level (`faults.vllm.actions`); they now live under
+# the one `inferchaos` namespace, and a YAML that still names the old path is told the new one.
+OLD_TOP_LEVEL_PACKAGES = ("experiments", "faults", "steady_state", "environments", "reports")
+
+
+def _ensure_providers_use_the_namespace(raw: dict[str, Any], path: Path) -> None:
+    sections = [("steady-state-hypothesis.probes", (raw.get("steady-state-hypothesis") or {}).get("probes"))]
+    sections += [("method", raw.get("method")), ("rollbacks", raw.get("rollbacks"))]
+    for section, activities in sections:
+        if not isinstance(activities, list):
+            continue
+        for index, activity in enumerate(activities):
+            provider = activity.get("provider") if isinstance(activity, dict) else None
+            module = provider.get("module") if isinstance(provider, dict) else None
+            if isinstance(module, str) and module.split(".", 1)[0] in OLD_TOP_LEVEL_PACKAGES:
+                raise _fail(
+                    path,
+                    f"{section}[{index}].provider.module",
+                    f"{module!r} moved: use 'inferchaos.{module}'",
+                )
 
 
 @dataclass(frozen=True)
@@ -201,6 +221,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
         raise _fail(path, "method", "required: the list of activities that inject the fault")
     if not isinstance(method, list) or not method:
         raise _fail(path, "method", "must be a non-empty list of activities")
+    _ensure_providers_use_the_namespace(raw, path)
     fault = _fault_step(path, method)
     environment = raw.get("environment") or {"name": "local"}
     if not isinstance(environment, dict) or environment.get("name", "local") not in ENVIRONMENTS:

@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from faults.base import Fault
-from faults.ledger import Ledger
-from faults.registry import get_fault
+from inferchaos.faults.base import Fault
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import get_fault
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def shared_fault(name: str) -> Fault:
 
 def open_environment(configuration: Configuration) -> Any:
     """The local environment recorded under ``configuration['inferchaos_home']`` (or the default)."""
-    from environments.local.env import LocalEnvironment
+    from inferchaos.environments.local.env import LocalEnvironment
 
     home = (configuration or {}).get("inferchaos_home")
     state_dir = Path(home) / "env" / "local" if home else None

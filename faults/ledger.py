@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from faults.base import FaultHandle
+from inferchaos.faults.base import FaultHandle
 from inferchaos.errors import FaultError
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import importlib
 
-from faults.base import Fault
+from inferchaos.faults.base import Fault
 from inferchaos.errors import ConfigError
 
 _REGISTRY: dict[str, type[Fault]] = {}
 # Every module that defines built-in faults; imported on first lookup so that a name is known
 # however the caller reached the registry (CLI, Chaos Toolkit action, cleanup after a crash).
 BUILTIN_FAULT_MODULES = (
-    "faults.ray.node",
-    "faults.ray.actors",
-    "faults.ray.placement",
-    "faults.vllm.flood",
-    "faults.vllm.engine",
-    "faults.gpu.squat",
-    "faults.k8s.node",
-    "faults.k8s.pod",
-    "faults.k8s.ledger",
+    "inferchaos.faults.ray.node",
+    "inferchaos.faults.ray.actors",
+    "inferchaos.faults.ray.placement",
+    "inferchaos.faults.vllm.flood",
+    "inferchaos.faults.vllm.engine",
+    "inferchaos.faults.gpu.squat",
+    "inferchaos.faults.k8s.node",
+    "inferchaos.faults.k8s.pod",
+    "inferchaos.faults.k8s.ledger",
 )
 _loaded = False
 

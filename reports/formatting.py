@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from reports.load import RunRecord, SloRecord
-from steady_state.slo import Op, Phase
+from inferchaos.reports.load import RunRecord, SloRecord
+from inferchaos.steady_state.slo import Op, Phase
 
 # The comparison that makes an SLO fail, for messages such as "observed 2.31 > threshold <= 1.5".
 BREACH_OP: dict[Op, str] = {

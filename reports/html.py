@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from reports import formatting as fmt
-from reports.htmlkit import STATUS_COLOURS, Raw, definitions, join, page, state, table, tag
-from reports.load import ActivityRecord, RunRecord, probe_errors
-from reports.plots import Plot
-from steady_state.slo import Phase
+from inferchaos.reports import formatting as fmt
+from inferchaos.reports.htmlkit import STATUS_COLOURS, Raw, definitions, join, page, state, table, tag
+from inferchaos.reports.load import ActivityRecord, RunRecord, probe_errors
+from inferchaos.reports.plots import Plot
+from inferchaos.steady_state.slo import Phase
 
 
 def _banner(run: RunRecord) -> Raw:

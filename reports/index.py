@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports import formatting as fmt
-from reports.errors import ReportError
-from reports.htmlkit import STATUS_COLOURS, Raw, esc, join, page, state, table, tag
-from reports.load import VERDICT, Status, VerdictRecord, load_verdict
+from inferchaos.reports import formatting as fmt
+from inferchaos.reports.errors import ReportError
+from inferchaos.reports.htmlkit import STATUS_COLOURS, Raw, esc, join, page, state, table, tag
+from inferchaos.reports.load import VERDICT, Status, VerdictRecord, load_verdict
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from reports import formatting as fmt
-from reports.load import RunRecord, Status
-from steady_state.slo import Phase
+from inferchaos.reports import formatting as fmt
+from inferchaos.reports.load import RunRecord, Status
+from inferchaos.steady_state.slo import Phase
 
 EFFECT_CASE = "fault had an observable effect"
 

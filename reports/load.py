@@ -18,9 +18,9 @@ from typing import Any
 
 from inferchaos.errors import ConfigError
 from inferchaos.status import Status
-from reports.errors import ReportError
-from steady_state.slo import Op, Phase
-from steady_state.timeline import Mark, Timeline, read_timeline
+from inferchaos.reports.errors import ReportError
+from inferchaos.steady_state.slo import Op, Phase
+from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 
 logger = logging.getLogger(__name__)
 

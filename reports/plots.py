@@ -25,8 +25,8 @@ import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from reports.load import RunRecord
-from steady_state.timeline import Timeline
+from inferchaos.reports.load import RunRecord
+from inferchaos.steady_state.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ import logging
 import os
 from pathlib import Path
 
-from reports.errors import ReportError
-from reports.html import render_report
-from reports.index import find_runs, render_index_html
-from reports.junit import junit_xml
-from reports.load import RUN_FILES, load_run
-from reports.plots import render_plots
-from reports.summary import render_summary
+from inferchaos.reports.errors import ReportError
+from inferchaos.reports.html import render_report
+from inferchaos.reports.index import find_runs, render_index_html
+from inferchaos.reports.junit import junit_xml
+from inferchaos.reports.load import RUN_FILES, load_run
+from inferchaos.reports.plots import render_plots
+from inferchaos.reports.summary import render_summary
 
 __all__ = ["REPORT_FILES", "ReportError", "render_index", "render_run"]
 

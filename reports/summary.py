@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reports import formatting as fmt
-from reports.load import RunRecord
+from inferchaos.reports import formatting as fmt
+from inferchaos.reports.load import RunRecord
 
 
 def _cell(text: str) -> str:

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from steady_state.aggregates import Point
-from steady_state.timeline import Timeline, parse_labels
+from inferchaos.steady_state.aggregates import Point
+from inferchaos.steady_state.timeline import Timeline, parse_labels
 
 logger = logging.getLogger(__name__)
 

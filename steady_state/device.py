@@ -18,11 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from environments.local.memory_budget import MemoryBudget, budget_name, budgets_available, find_budget
-from environments.local.state import LocalEnvState
+from inferchaos.environments.local.memory_budget import (
+    MemoryBudget,
+    budget_name,
+    budgets_available,
+    find_budget,
+)
+from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.errors import EnvironmentNotUp, ProbeError
 from inferchaos.layers import Layer
-from steady_state.base import Sample
+from inferchaos.steady_state.base import Sample
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from steady_state.aggregates import Aggregate, Point, get_aggregate
-from steady_state.slo import Op, Phase, Slo, SloSpec
-from steady_state.timeline import Mark, Timeline
+from inferchaos.steady_state.aggregates import Aggregate, Point, get_aggregate
+from inferchaos.steady_state.slo import Op, Phase, Slo, SloSpec
+from inferchaos.steady_state.timeline import Mark, Timeline
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from urllib3.exceptions import HTTPError
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from steady_state.base import Sample
+from inferchaos.steady_state.base import Sample
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferchaos.errors import ConfigError, ProbeError
-from steady_state.base import Probe
-from steady_state.timeline import Row, Timeline
+from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.timeline import Row, Timeline
 
 logger = logging.getLogger(__name__)
 

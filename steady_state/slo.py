@@ -16,8 +16,8 @@ from enum import StrEnum
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from steady_state.aggregates import AGGREGATES
-from steady_state.catalog import KNOWN_PROBES, OPEN_FAMILIES, PROBE_FAMILIES, probe_layer
+from inferchaos.steady_state.aggregates import AGGREGATES
+from inferchaos.steady_state.catalog import KNOWN_PROBES, OPEN_FAMILIES, PROBE_FAMILIES, probe_layer
 
 
 class Op(StrEnum):

@@ -20,8 +20,8 @@ from types import TracebackType
 from typing import TextIO
 
 from inferchaos.errors import ConfigError
-from steady_state.base import Sample
-from steady_state.catalog import PHASE_PREFIX, probe_layer
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.catalog import PHASE_PREFIX, probe_layer
 
 logger = logging.getLogger(__name__)
 

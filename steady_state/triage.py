@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from inferchaos.layers import TRIAGE_ORDER, Layer
-from steady_state.detectors import least_squares_slope
-from steady_state.timeline import Row, Timeline, format_labels, parse_labels
+from inferchaos.steady_state.detectors import least_squares_slope
+from inferchaos.steady_state.timeline import Row, Timeline, format_labels, parse_labels
 
 logger = logging.getLogger(__name__)
 

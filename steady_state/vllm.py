@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from steady_state.base import Sample
+from inferchaos.steady_state.base import Sample
 
 logger = logging.getLogger(__name__)
 

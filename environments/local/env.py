@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from environments.base import (
+from inferchaos.environments.base import (
     EnvStatus,
     FrontDoorStatus,
     ModelStatus,
@@ -24,10 +24,10 @@ from environments.base import (
     ReplicaStatus,
     VllmStatus,
 )
-from environments.local.config import LocalEnvConfig
-from environments.local.memory_budget import remove_budgets
-from environments.local.model import ensure_model
-from environments.local.processes import (
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.memory_budget import remove_budgets
+from inferchaos.environments.local.model import ensure_model
+from inferchaos.environments.local.processes import (
     ENV_MARKER,
     descendants,
     end_processes,
@@ -36,7 +36,7 @@ from environments.local.processes import (
     processes_with_marker,
     wait_for_port,
 )
-from environments.local.ray_cluster import (
+from inferchaos.environments.local.ray_cluster import (
     NODE_IP,
     NODE_RESOURCE_PREFIX,
     NodeSpec,
@@ -46,8 +46,8 @@ from environments.local.ray_cluster import (
     wait_for_head,
     worker_spec,
 )
-from environments.local.replica_slots import ReplicaRecord, read_records
-from environments.local.state import STATE_FILE, LocalEnvState, RayNodeRecord, write_token
+from inferchaos.environments.local.replica_slots import ReplicaRecord, read_records
+from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, RayNodeRecord, write_token
 from inferchaos.errors import EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
 
@@ -323,7 +323,7 @@ class LocalEnvironment:
         log_path = state.logs_dir / "deploy.log"
         with open(log_path, "ab") as log:
             deployer = subprocess.Popen(
-                [sys.executable, "-m", "environments.local.deploy", str(self.state_dir)],
+                [sys.executable, "-m", "inferchaos.environments.local.deploy", str(self.state_dir)],
                 env={**os.environ, ENV_MARKER: state.env_id},
                 stdin=subprocess.DEVNULL,
                 stdout=log,

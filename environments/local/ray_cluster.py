@@ -15,8 +15,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.local.processes import ENV_MARKER, port_is_free, spawn_process_group, wait_for_port
-from environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
+from inferchaos.environments.local.processes import (
+    ENV_MARKER,
+    port_is_free,
+    spawn_process_group,
+    wait_for_port,
+)
+from inferchaos.environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
 from inferchaos.errors import EnvironmentStartError
 
 logger = logging.getLogger(__name__)

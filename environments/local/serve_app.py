@@ -25,15 +25,15 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from environments.local.memory_budget import (
+from inferchaos.environments.local.memory_budget import (
     MemoryBudget,
     budget_name,
     budgets_available,
     join_command,
     open_budget,
 )
-from environments.local.processes import ENV_MARKER, port_is_free, spawn_process_group
-from environments.local.replica_slots import ReplicaRecord, claim_slot, read_records
+from inferchaos.environments.local.processes import ENV_MARKER, port_is_free, spawn_process_group
+from inferchaos.environments.local.replica_slots import ReplicaRecord, claim_slot, read_records
 from inferchaos.errors import EnvironmentStartError
 
 logger = logging.getLogger(__name__)

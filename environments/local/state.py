@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from environments.local.config import LocalEnvConfig
-from environments.local.model import TinyModelSpec
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.model import TinyModelSpec
 from inferchaos.errors import EnvironmentNotUp
 from inferchaos.paths import local_env_dir
 

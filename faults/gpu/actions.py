@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.actions import Configuration, Secrets, inject_action, rollback_action
-from faults.gpu.squat import NAME as SQUAT
+from inferchaos.faults.actions import Configuration, Secrets, inject_action, rollback_action
+from inferchaos.faults.gpu.squat import NAME as SQUAT
 
 # Chaos Toolkit function -> registered fault: how the inferchaos runner reads a `method`.
 FAULT_OF = {"squat_device_memory": SQUAT}

@@ -6,8 +6,8 @@ import logging
 import re
 from dataclasses import dataclass
 
-from faults.gpu.cuda import CudaDriver, CudaError, CudaUnavailable
-from faults.gpu.nvml import Nvml, NvmlError
+from inferchaos.faults.gpu.cuda import CudaDriver, CudaError, CudaUnavailable
+from inferchaos.faults.gpu.nvml import Nvml, NvmlError
 from inferchaos.errors import ConfigError
 
 logger = logging.getLogger(__name__)

@@ -20,13 +20,13 @@ from typing import Any
 
 import psutil
 
-from environments.local.memory_budget import MemoryBudget, join_command
-from environments.local.processes import ENV_MARKER, pid_alive, spawn_process_group
+from inferchaos.environments.local.memory_budget import MemoryBudget, join_command
+from inferchaos.environments.local.processes import ENV_MARKER, pid_alive, spawn_process_group
 from inferchaos.errors import FaultError
 
 logger = logging.getLogger(__name__)
 
-SQUATTER_MODULE = "faults.gpu.squatter"
+SQUATTER_MODULE = "inferchaos.faults.gpu.squatter"
 SQUAT_ID_VAR = "INFERCHAOS_SQUAT_ID"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The squatter must not be the kernel's preferred victim inside the budget: the replica is.

@@ -17,11 +17,11 @@ from typing import Any
 
 import psutil
 
-from environments.local.memory_budget import MemoryBudget
-from environments.local.processes import ENV_MARKER, kill_tree_now, pid_alive
-from environments.local.replica_slots import ReplicaRecord
+from inferchaos.environments.local.memory_budget import MemoryBudget
+from inferchaos.environments.local.processes import ENV_MARKER, kill_tree_now, pid_alive
+from inferchaos.environments.local.replica_slots import ReplicaRecord
 from inferchaos.errors import FaultError, ProbeError
-from steady_state.device import read_memory_stat
+from inferchaos.steady_state.device import read_memory_stat
 
 logger = logging.getLogger(__name__)
 

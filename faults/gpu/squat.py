@@ -24,15 +24,26 @@ from typing import Any
 
 import psutil
 
-from environments.local.env import replica_healthy
-from environments.local.memory_budget import MemoryBudget, budget_name, budgets_available, find_budget
-from environments.local.replica_slots import ReplicaRecord, read_records
-from faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from faults.gpu.cuda import cuda_available
-from faults.gpu.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
-from faults.gpu.launch import SquatterSpec, end_squatter, squatter_process, start_squatter, wait_ready
-from faults.gpu.nvml import GpuObservation, GpuProcess, NvmlError, observe_gpu
-from faults.gpu.restart import (
+from inferchaos.environments.local.env import replica_healthy
+from inferchaos.environments.local.memory_budget import (
+    MemoryBudget,
+    budget_name,
+    budgets_available,
+    find_budget,
+)
+from inferchaos.environments.local.replica_slots import ReplicaRecord, read_records
+from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.gpu.cuda import cuda_available
+from inferchaos.faults.gpu.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
+from inferchaos.faults.gpu.launch import (
+    SquatterSpec,
+    end_squatter,
+    squatter_process,
+    start_squatter,
+    wait_ready,
+)
+from inferchaos.faults.gpu.nvml import GpuObservation, GpuProcess, NvmlError, observe_gpu
+from inferchaos.faults.gpu.restart import (
     RestartAttempt,
     assess_restart,
     kill_replica_server,
@@ -40,15 +51,15 @@ from faults.gpu.restart import (
     wait_budget_released,
     watch_restart,
 )
-from faults.gpu.squatter import CUDA_MAX_FRACTION, HOST_MAX_MACHINE_FRACTION
-from faults.ledger import Ledger
-from faults.params import param, reject_unknown
-from faults.ray.common import require_local
-from faults.registry import register
+from inferchaos.faults.gpu.squatter import CUDA_MAX_FRACTION, HOST_MAX_MACHINE_FRACTION
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.params import param, reject_unknown
+from inferchaos.faults.ray.common import require_local
+from inferchaos.faults.registry import register
 from inferchaos.errors import ConfigError, EnvironmentNotUp, FaultError, InferchaosError, ProbeError
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
-from steady_state.device import budget_memory
+from inferchaos.steady_state.device import budget_memory
 
 logger = logging.getLogger(__name__)
 

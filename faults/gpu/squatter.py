@@ -134,7 +134,7 @@ def hold_host_memory(request: SquatRequest) -> HeldMemory:
 
 def hold_cuda_memory(request: SquatRequest) -> HeldMemory:
     """Allocate and touch ``nbytes`` on the GPU through the CUDA driver."""
-    from faults.gpu.cuda import CudaDriver, hold_device_memory, release_device_memory
+    from inferchaos.faults.gpu.cuda import CudaDriver, hold_device_memory, release_device_memory
 
     ordinal = cuda_ordinal(request.device)
     driver = CudaDriver()

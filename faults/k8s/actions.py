@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from faults.k8s import ledger as gpu_ledger
-from faults.k8s import node as node_faults
-from faults.k8s import pod as pod_faults
-from faults.k8s.configuration import env_from_configuration, ledger_from_configuration
-from faults.registry import get_fault
+from inferchaos.faults.k8s import ledger as gpu_ledger
+from inferchaos.faults.k8s import node as node_faults
+from inferchaos.faults.k8s import pod as pod_faults
+from inferchaos.faults.k8s.configuration import env_from_configuration, ledger_from_configuration
+from inferchaos.faults.registry import get_fault
 
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None

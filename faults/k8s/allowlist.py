@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api
 
-from faults.k8s.api import api_errors
+from inferchaos.faults.k8s.api import api_errors
 from inferchaos.errors import ConfigError
 
 

@@ -14,10 +14,10 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from faults.k8s.client import K8sTarget, env_name, target_of
-from faults.k8s.params import parse_params
-from faults.ledger import Ledger
+from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.k8s.client import K8sTarget, env_name, target_of
+from inferchaos.faults.k8s.params import parse_params
+from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
 
 logger = logging.getLogger(__name__)

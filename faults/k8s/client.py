@@ -17,7 +17,7 @@ from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, Cu
 from kubernetes.config import new_client_from_config
 from kubernetes.config.config_exception import ConfigException
 
-from faults.k8s.allowlist import K8sAllowList
+from inferchaos.faults.k8s.allowlist import K8sAllowList
 from inferchaos.errors import ConfigError
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faults.k8s.allowlist import K8sAllowList
-from faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
-from faults.ledger import Ledger
+from inferchaos.faults.k8s.allowlist import K8sAllowList
+from inferchaos.faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
+from inferchaos.faults.ledger import Ledger
 from inferchaos.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from faults.k8s.errors import K8sError
+from inferchaos.faults.k8s.errors import K8sError
 from inferchaos.errors import ConfigError
 
 logger = logging.getLogger(__name__)

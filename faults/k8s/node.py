@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from kubernetes.client import V1DeleteOptions, V1Eviction, V1Node, V1ObjectMeta, V1Preconditions
 from kubernetes.client.exceptions import ApiException
 
-from faults.base import Evidence, FaultHandle
-from faults.k8s.api import api_errors, read_if_exists, read_raw
-from faults.k8s.base import K8sFault, Planned, timestamps
-from faults.k8s.client import K8sTarget
-from faults.k8s.container_runtime import ContainerRuntime, resolve_runtime
-from faults.k8s.errors import K8sError
-from faults.k8s.nodes import (
+from inferchaos.faults.base import Evidence, FaultHandle
+from inferchaos.faults.k8s.api import api_errors, read_if_exists, read_raw
+from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
+from inferchaos.faults.k8s.client import K8sTarget
+from inferchaos.faults.k8s.container_runtime import ContainerRuntime, resolve_runtime
+from inferchaos.faults.k8s.errors import K8sError
+from inferchaos.faults.k8s.nodes import (
     DAEMONSET_KIND,
     is_mirror_pod,
     is_unschedulable,
@@ -36,9 +36,9 @@ from faults.k8s.nodes import (
     ready_status,
     set_unschedulable,
 )
-from faults.registry import register
+from inferchaos.faults.registry import register
 from inferchaos.errors import ConfigError
-from steady_state.k8s import ReasonKind, pending_pod_reasons
+from inferchaos.steady_state.k8s import ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)
 

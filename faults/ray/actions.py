@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.actions import Configuration, Secrets, inject_action, rollback_action
+from inferchaos.faults.actions import Configuration, Secrets, inject_action, rollback_action
 
 # Chaos Toolkit function -> registered fault: how the inferchaos runner reads a `method`.
 FAULT_OF = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from environments.base import NodeStatus
-from environments.local.replica_slots import ReplicaRecord
-from environments.local.state import LocalEnvState, RayNodeRecord
+from inferchaos.environments.base import NodeStatus
+from inferchaos.environments.local.replica_slots import ReplicaRecord
+from inferchaos.environments.local.state import LocalEnvState, RayNodeRecord
 from inferchaos.errors import ConfigError, FaultError
 
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import httpx
 
-from environments.local.processes import kill_tree_now
-from environments.local.state import RayNodeRecord
-from faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from faults.ledger import Ledger
-from faults.params import param, reject_unknown, wait_until
-from faults.ray.common import RayEnvironment, require_local
-from faults.registry import register
+from inferchaos.environments.local.processes import kill_tree_now
+from inferchaos.environments.local.state import RayNodeRecord
+from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.params import param, reject_unknown, wait_until
+from inferchaos.faults.ray.common import RayEnvironment, require_local
+from inferchaos.faults.registry import register
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 

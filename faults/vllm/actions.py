@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faults.actions import Configuration, Secrets, inject_action, rollback_action
+from inferchaos.faults.actions import Configuration, Secrets, inject_action, rollback_action
 
 FAULT_OF = {"flood_kv_cache": "flood_kv_cache", "kill_engine": "kill_engine"}
 

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import psutil
 
-from environments.local.replica_slots import ReplicaRecord
-from faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from faults.ledger import Ledger
-from faults.params import param, reject_unknown, wait_until
-from faults.ray.common import require_local
-from faults.registry import register
+from inferchaos.environments.local.replica_slots import ReplicaRecord
+from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.params import param, reject_unknown, wait_until
+from inferchaos.faults.ray.common import require_local
+from inferchaos.faults.registry import register
 from inferchaos.errors import ConfigError, FaultError
 from inferchaos.layers import Layer
 

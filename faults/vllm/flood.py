@@ -20,15 +20,15 @@ from typing import Any
 
 import httpx
 
-from faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from faults.ledger import Ledger
-from faults.params import param, reject_unknown
-from faults.registry import register
-from faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
+from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.params import param, reject_unknown
+from inferchaos.faults.registry import register
+from inferchaos.faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
 from inferchaos.errors import ConfigError, FaultError, ProbeError
 from inferchaos.layers import Layer
-from steady_state.openai_stream import stream_completion
-from steady_state.vllm import parse_metrics
+from inferchaos.steady_state.openai_stream import stream_completion
+from inferchaos.steady_state.vllm import parse_metrics
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from environments.local.processes import free_port
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.environments.local.processes import free_port
 
 TEST_REPLICA_BASE_PORT = 8300
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from environments.local.env import LocalEnvironment
+from inferchaos.environments.local.env import LocalEnvironment
 
 
 def healthy_replica_names(env: LocalEnvironment) -> set[str]:

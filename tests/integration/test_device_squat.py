@@ -16,15 +16,15 @@ from typing import TypeVar
 
 import pytest
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment, replica_healthy
-from environments.local.memory_budget import budget_name, budgets_available, find_budget
-from environments.local.processes import pid_alive
-from environments.local.replica_slots import ReplicaRecord
-from faults.gpu.launch import find_squatters
-from faults.gpu.squat import SquatDeviceMemory
-from faults.ledger import Ledger
-from steady_state.openai_stream import StreamResult, stream_completion
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment, replica_healthy
+from inferchaos.environments.local.memory_budget import budget_name, budgets_available, find_budget
+from inferchaos.environments.local.processes import pid_alive
+from inferchaos.environments.local.replica_slots import ReplicaRecord
+from inferchaos.faults.gpu.launch import find_squatters
+from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.ledger import Ledger
+from inferchaos.steady_state.openai_stream import StreamResult, stream_completion
 
 pytestmark = pytest.mark.integration
 

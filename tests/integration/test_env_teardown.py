@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from environments.local.processes import processes_with_marker
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.environments.local.processes import processes_with_marker
 from inferchaos.errors import EnvironmentStartError
 
 pytestmark = [pytest.mark.integration, pytest.mark.env_teardown]
@@ -31,7 +31,7 @@ def test_env_down_from_the_cli_leaves_no_process(local_env: LocalEnvironment, in
     state = local_env.load_state()
     assert processes_with_marker(state.env_id), "the environment should be running before down"
     result = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "env", "down"],
+        [sys.executable, "-m", "inferchaos.experiments.cli", "env", "down"],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
         capture_output=True,
         text=True,

@@ -29,12 +29,12 @@ from k8s_doubles import FakeRuntime  # noqa: E402
 from k8s_objects import WORKERS  # noqa: E402
 from k8s_scenario import control_plane, k8s_env_config, k8s_state, make_runtime, seed_kind_environment  # noqa: E402
 
-from environments.k8s_env import K8sEnvironment  # noqa: E402
-from environments.local.env import LocalEnvironment  # noqa: E402
-from experiments.cli import cli  # noqa: E402
-from experiments.runner import RunOptions, run_experiment  # noqa: E402
-from experiments.spec import load_and_validate  # noqa: E402
-from faults.ledger import Ledger  # noqa: E402
+from inferchaos.environments.k8s_env import K8sEnvironment  # noqa: E402
+from inferchaos.environments.local.env import LocalEnvironment  # noqa: E402
+from inferchaos.experiments.cli import cli  # noqa: E402
+from inferchaos.experiments.runner import RunOptions, run_experiment  # noqa: E402
+from inferchaos.experiments.spec import load_and_validate  # noqa: E402
+from inferchaos.faults.ledger import Ledger  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

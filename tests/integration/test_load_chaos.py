@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from environments.local.env import LocalEnvironment
-from faults.ledger import Ledger
-from steady_state.timeline import Mark, Timeline, read_timeline
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.faults.ledger import Ledger
+from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ RUN_BOUND_S = 600.0
 
 def _runner(home: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "run", str(EXPERIMENTS / "kv_flood.yaml"),
+        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(EXPERIMENTS / "kv_flood.yaml"),
          "--load", "steady", "--out", str(out), *extra],
         env={**os.environ, "INFERCHAOS_HOME": str(home)},
         stdout=subprocess.PIPE,
@@ -156,7 +156,7 @@ def test_locust_ends_itself_when_the_runner_is_killed(
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(timeout=30)
         # The kill may land after the flood began; the ledger knows what to revert.
-        cleanup = subprocess.run([sys.executable, "-m", "experiments.cli", "cleanup"], capture_output=True, text=True,
+        cleanup = subprocess.run([sys.executable, "-m", "inferchaos.experiments.cli", "cleanup"], capture_output=True, text=True,
                                  env={**os.environ, "INFERCHAOS_HOME": str(integration_home)}, timeout=120)  # fmt: skip
         assert cleanup.returncode == 0, cleanup.stderr
     # Locust leads its own process group, so the kill missed it; it watches the runner's pid.

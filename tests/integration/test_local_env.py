@@ -6,9 +6,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from steady_state.openai_stream import stream_completion
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.steady_state.openai_stream import stream_completion
 
 pytestmark = pytest.mark.integration
 

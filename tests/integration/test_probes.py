@@ -7,11 +7,11 @@ import asyncio
 import httpx
 import pytest
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from steady_state.canary import CanaryConfig, CanaryProbe
-from steady_state.ray import RayProbe
-from steady_state.vllm import VllmProbe
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe
+from inferchaos.steady_state.ray import RayProbe
+from inferchaos.steady_state.vllm import VllmProbe
 
 pytestmark = pytest.mark.integration
 

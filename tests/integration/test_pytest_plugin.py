@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.local.env import LocalEnvironment
+from inferchaos.environments.local.env import LocalEnvironment
 
 pytestmark = pytest.mark.integration
 

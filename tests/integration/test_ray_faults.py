@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from env_checks import free_gpus, healthy_replica_names
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from faults.ledger import Ledger
-from faults.params import wait_until
-from faults.ray.actors import LEAK_NAMESPACE, LeakActors
-from faults.ray.node import KillNode
-from faults.ray.placement import StallPlacementGroup
-from steady_state.openai_stream import stream_completion
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.params import wait_until
+from inferchaos.faults.ray.actors import LEAK_NAMESPACE, LeakActors
+from inferchaos.faults.ray.node import KillNode
+from inferchaos.faults.ray.placement import StallPlacementGroup
+from inferchaos.steady_state.openai_stream import stream_completion
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.local.env import LocalEnvironment
-from faults.ledger import Ledger
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.faults.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "node_loss", "gpu_memo
 
 def _inferchaos(args: list[str], home: Path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "experiments.cli", *args],
+        [sys.executable, "-m", "inferchaos.experiments.cli", *args],
         env={**os.environ, "INFERCHAOS_HOME": str(home)},
         capture_output=True,
         text=True,
@@ -41,7 +41,7 @@ def _verdict(out: Path, name: str) -> dict:
 def test_scenario_passes_on_a_healthy_environment(
     scenario: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
 ) -> None:
-    from environments.local.memory_budget import budgets_available
+    from inferchaos.environments.local.memory_budget import budgets_available
 
     if scenario == "gpu_memory_squat" and not budgets_available()[0]:
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
@@ -87,13 +87,13 @@ def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
 ) -> None:
     from ray.util.state import list_actors
 
-    from faults.ray.actors import LEAK_NAMESPACE
+    from inferchaos.faults.ray.actors import LEAK_NAMESPACE
 
     runner = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "experiments.cli",
+            "inferchaos.experiments.cli",
             "run",
             str(EXPERIMENTS / "actor_leak.yaml"),
             "--out",

@@ -8,14 +8,14 @@ import httpx
 import pytest
 from env_checks import healthy_replica_names  # noqa: E402
 
-from environments.local.config import LocalEnvConfig
-from environments.local.env import LocalEnvironment
-from faults.ledger import Ledger
-from faults.params import wait_until
-from faults.vllm.engine import KillEngine
-from faults.vllm.flood import FloodKvCache
-from steady_state.openai_stream import stream_completion
-from steady_state.vllm import parse_metrics
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.params import wait_until
+from inferchaos.faults.vllm.engine import KillEngine
+from inferchaos.faults.vllm.flood import FloodKvCache
+from inferchaos.steady_state.openai_stream import stream_completion
+from inferchaos.steady_state.vllm import parse_metrics
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
+from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.errors import ConfigError
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faults.base import FaultHandle
-from faults.ledger import Ledger
+from inferchaos.faults.base import FaultHandle
+from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
 
 

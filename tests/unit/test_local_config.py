@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from environments.local.config import LocalEnvConfig
-from environments.local.model import TinyModelSpec
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.model import TinyModelSpec
 from inferchaos.errors import ConfigError
 
 
@@ -44,7 +44,11 @@ def test_kv_cache_bytes_give_the_requested_tokens() -> None:
 def _run_cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "INFERCHAOS_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "experiments.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "inferchaos.experiments.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.local.model import TinyModelSpec, ensure_model, is_built, model_fingerprint
+from inferchaos.environments.local.model import TinyModelSpec, ensure_model, is_built, model_fingerprint
 from inferchaos.errors import ConfigError
 
 SMALL = TinyModelSpec(layers=1, max_model_len=256)

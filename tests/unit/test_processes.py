@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from environments.local.processes import (
+from inferchaos.environments.local.processes import (
     ENV_MARKER,
     end_processes,
     kill_tree_now,

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from environments.base import NodeStatus
-from environments.local.config import LocalEnvConfig
-from environments.local.replica_slots import ReplicaRecord
-from environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
-from faults.base import FaultHandle
-from faults.ledger import Ledger
-from faults.ray.actors import LeakActors
-from faults.ray.node import KillNode
-from faults.ray.placement import StallPlacementGroup
+from inferchaos.environments.base import NodeStatus
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.replica_slots import ReplicaRecord
+from inferchaos.environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
+from inferchaos.faults.base import FaultHandle
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.ray.actors import LeakActors
+from inferchaos.faults.ray.node import KillNode
+from inferchaos.faults.ray.placement import StallPlacementGroup
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from gpu_fakes import FakeLocalEnv
 
-from environments.local.config import LocalEnvConfig
-from environments.local.state import LocalEnvState
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.state import LocalEnvState
 
 
 @pytest.fixture

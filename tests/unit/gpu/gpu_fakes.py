@@ -9,9 +9,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from environments.local.memory_budget import MemoryBudget
-from environments.local.replica_slots import ReplicaRecord, read_records
-from environments.local.state import LocalEnvState
+from inferchaos.environments.local.memory_budget import MemoryBudget
+from inferchaos.environments.local.replica_slots import ReplicaRecord, read_records
+from inferchaos.environments.local.state import LocalEnvState
 
 GIB = 1024**3
 

@@ -13,12 +13,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from environments.local.memory_budget import MemoryBudget, budgets_available, open_budget
-from environments.local.processes import kill_tree_now, pid_alive
-from faults.gpu.launch import SquatterSpec, end_squatter, squatter_process, start_squatter, wait_ready
-from faults.gpu.restart import budget_rss_bytes, wait_budget_released
+from inferchaos.environments.local.memory_budget import MemoryBudget, budgets_available, open_budget
+from inferchaos.environments.local.processes import kill_tree_now, pid_alive
+from inferchaos.faults.gpu.launch import (
+    SquatterSpec,
+    end_squatter,
+    squatter_process,
+    start_squatter,
+    wait_ready,
+)
+from inferchaos.faults.gpu.restart import budget_rss_bytes, wait_budget_released
 from inferchaos.errors import FaultError
-from steady_state.device import budget_memory
+from inferchaos.steady_state.device import budget_memory
 
 MIB = 1024 * 1024
 

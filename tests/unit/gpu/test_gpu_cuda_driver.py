@@ -7,8 +7,8 @@ import ctypes
 import pytest
 from gpu_fakes import GIB, FakeLibcuda
 
-from faults.gpu import cuda
-from faults.gpu.cuda import (
+from inferchaos.faults.gpu import cuda
+from inferchaos.faults.gpu.cuda import (
     TOUCH_BYTE,
     CudaDriver,
     CudaError,

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml, write_budget
 
-from environments.local import memory_budget
-from faults.gpu.nvml import Nvml, NvmlError, nvml_available
-from steady_state import device
-from steady_state.base import Sample
-from steady_state.device import DeviceProbe, device_probe_for
+from inferchaos.environments.local import memory_budget
+from inferchaos.faults.gpu.nvml import Nvml, NvmlError, nvml_available
+from inferchaos.steady_state import device
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.device import DeviceProbe, device_probe_for
 
 
 def _by_name(samples: list[Sample]) -> dict[tuple[str, str], float]:

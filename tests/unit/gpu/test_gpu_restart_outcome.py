@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from gpu_fakes import FakeLocalEnv, replica_record
 
-from environments.local.replica_slots import ReplicaRecord
-from faults.base import FaultHandle
-from faults.gpu import squat
-from faults.gpu.restart import (
+from inferchaos.environments.local.replica_slots import ReplicaRecord
+from inferchaos.faults.base import FaultHandle
+from inferchaos.faults.gpu import squat
+from inferchaos.faults.gpu.restart import (
     FAILED_FAST,
     FAILED_LATE,
     HUNG,
@@ -25,7 +25,7 @@ from faults.gpu.restart import (
     merge_attempts,
     watch_restart,
 )
-from faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.layers import Layer
 
 OOM = (

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml
 
-from faults.gpu import devices, squat
-from faults.gpu.cuda import cuda_available
-from faults.gpu.launch import find_squatters
-from faults.gpu.nvml import Nvml
-from faults.gpu.squat import SquatDeviceMemory
-from faults.ledger import Ledger
+from inferchaos.faults.gpu import devices, squat
+from inferchaos.faults.gpu.cuda import cuda_available
+from inferchaos.faults.gpu.launch import find_squatters
+from inferchaos.faults.gpu.nvml import Nvml
+from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.ledger import Ledger
 from inferchaos.errors import FaultError
 
 

@@ -9,10 +9,10 @@ import psutil
 import pytest
 from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml, replica_record, write_budget
 
-from environments.local.memory_budget import MemoryBudget
-from faults.gpu import devices, squat
-from faults.gpu.nvml import Nvml
-from faults.gpu.squat import SquatDeviceMemory
+from inferchaos.environments.local.memory_budget import MemoryBudget
+from inferchaos.faults.gpu import devices, squat
+from inferchaos.faults.gpu.nvml import Nvml
+from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.errors import ConfigError
 
 BUDGET_LIMIT = 2560 * 1024 * 1024

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from environments.local.processes import kill_tree_now, pid_alive, spawn_process_group
-from faults.base import FaultHandle
-from faults.gpu.actions import rollback_squat_device_memory
-from faults.gpu.launch import SquatterSpec, find_squatters, start_squatter, wait_ready
-from faults.gpu.squat import SquatDeviceMemory
-from faults.ledger import Ledger
+from inferchaos.environments.local.processes import kill_tree_now, pid_alive, spawn_process_group
+from inferchaos.faults.base import FaultHandle
+from inferchaos.faults.gpu.actions import rollback_squat_device_memory
+from inferchaos.faults.gpu.launch import SquatterSpec, find_squatters, start_squatter, wait_ready
+from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
 
 MIB = 1024 * 1024

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from faults.gpu.cuda import cuda_available
-from faults.gpu.launch import PROJECT_ROOT
+from inferchaos.faults.gpu.cuda import cuda_available
+from inferchaos.faults.gpu.launch import PROJECT_ROOT
 
 MIB = 1024 * 1024
 SQUAT_BYTES = 8 * MIB
@@ -20,7 +20,7 @@ SQUAT_BYTES = 8 * MIB
 
 def _squatter(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "faults.gpu.squatter", *args],
+        [sys.executable, "-m", "inferchaos.faults.gpu.squatter", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -23,7 +23,7 @@ from fake_control_plane import FakeControlPlane, with_default_tolerations
 from k8s_doubles import RUNTIME_SCRIPT, FakeRuntime
 from k8s_objects import CONTROL_PLANE, GPU_POOL, NS, WORKERS, node, pod
 
-from environments.k8s_config import K8sEnvConfig, load_k8s_env_config
+from inferchaos.environments.k8s_config import K8sEnvConfig, load_k8s_env_config
 
 CONTEXT = "kind-inferchaos"
 TOKEN_SECRET = "ray-auth-token"

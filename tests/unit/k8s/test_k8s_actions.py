@@ -10,9 +10,9 @@ import pytest
 from fake_apiserver import FakeApiServer, FakeCluster
 from k8s_objects import GPU_POOL, NS, WORKERS
 
-from faults.k8s import actions
-from faults.ledger import Ledger
-from faults.registry import fault_names
+from inferchaos.faults.k8s import actions
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import fault_names
 from inferchaos.errors import ConfigError
 
 

@@ -10,10 +10,10 @@ from fake_apiserver import FakeApiServer, FakeCluster
 from k8s_objects import NS, WORKERS
 from k8s_scenario import CONTEXT, k8s_env_config, make_runtime, seed_kind_environment
 
-from environments.k8s_config import load_k8s_env_config
-from environments.k8s_env import K8sEnvironment
-from experiments.cli import main
-from experiments.probes import build_probes
+from inferchaos.environments.k8s_config import load_k8s_env_config
+from inferchaos.environments.k8s_env import K8sEnvironment
+from inferchaos.experiments.cli import main
+from inferchaos.experiments.probes import build_probes
 from inferchaos.errors import ConfigError, EnvironmentNotUp
 
 TOKEN = "ray-token-for-the-fake-cluster"
@@ -73,7 +73,7 @@ def test_the_probe_set_adds_kubernetes_and_leaves_out_this_hosts_devices(config_
 
 
 def _status():  # noqa: ANN202 - the smallest EnvStatus the probe builder reads
-    from environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
+    from inferchaos.environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
 
     return EnvStatus("cluster", True, RayStatus("127.0.0.1:6379", "http://127.0.0.1:1"), VllmStatus(),
                      FrontDoorStatus("http://127.0.0.1:1", True), ModelStatus("tiny-llama", 2048))  # fmt: skip

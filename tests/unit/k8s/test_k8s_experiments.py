@@ -18,12 +18,12 @@ import pytest
 from fake_apiserver import FakeApiServer, FakeCluster
 from k8s_scenario import control_plane, k8s_env_config, k8s_state, make_runtime, seed_kind_environment
 
-from environments.base import EnvStatus
-from environments.k8s_env import K8sEnvironment
-from experiments.runner import Runner, RunOptions
-from experiments.spec import load_and_validate
-from faults.ledger import Ledger
-from steady_state.base import Probe
+from inferchaos.environments.base import EnvStatus
+from inferchaos.environments.k8s_env import K8sEnvironment
+from inferchaos.experiments.runner import Runner, RunOptions
+from inferchaos.experiments.spec import load_and_validate
+from inferchaos.faults.ledger import Ledger
+from inferchaos.steady_state.base import Probe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
 from runner_fakes import FakeEnv, FakeProbeFactory, World  # noqa: E402

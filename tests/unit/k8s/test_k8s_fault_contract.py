@@ -12,10 +12,10 @@ from fake_apiserver import FakeCluster, RecordedRequest
 from k8s_doubles import KindEnv
 from k8s_objects import CONTROL_PLANE, FAULT_PARAMS, NS, WORKERS, node
 
-import faults.k8s  # noqa: F401  (registers the faults)
-from faults.k8s.allowlist import K8sAllowList
-from faults.ledger import Ledger
-from faults.registry import fault_names, get_fault
+import inferchaos.faults.k8s  # noqa: F401  (registers the faults)
+from inferchaos.faults.k8s.allowlist import K8sAllowList
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import fault_names, get_fault
 from inferchaos.errors import ConfigError, FaultError
 
 ALL_FAULTS = sorted(FAULT_PARAMS)

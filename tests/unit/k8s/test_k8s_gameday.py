@@ -21,10 +21,10 @@ from k8s_objects import CONTROL_PLANE
 from k8s_scenario import k8s_env_config, k8s_state
 from test_k8s_experiments import EXPERIMENTS, ClusterWithFakeRay
 
-from experiments.cli import main
-from experiments.suites import SUITES
-from faults.ledger import Ledger
-from steady_state.base import Probe
+from inferchaos.experiments.cli import main
+from inferchaos.experiments.suites import SUITES
+from inferchaos.faults.ledger import Ledger
+from inferchaos.steady_state.base import Probe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
 from runner_fakes import FakeProbeFactory, World  # noqa: E402
@@ -55,8 +55,8 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
         built, canary = fakes(environment, rate)
         return [*built, environment.k8s_probe()], canary
 
-    monkeypatch.setattr("experiments.cli.K8sEnvironment", ClusterWithFakeRay)
-    monkeypatch.setattr("experiments.cli.build_probes", probes)
+    monkeypatch.setattr("inferchaos.experiments.cli.K8sEnvironment", ClusterWithFakeRay)
+    monkeypatch.setattr("inferchaos.experiments.cli.build_probes", probes)
 
 
 @pytest.fixture

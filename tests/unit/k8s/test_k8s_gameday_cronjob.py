@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from experiments.cli import cli
+from inferchaos.experiments.cli import cli
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFEST = ROOT / "deploy" / "gameday-cronjob.yaml"

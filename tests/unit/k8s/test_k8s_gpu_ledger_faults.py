@@ -9,8 +9,8 @@ from fake_apiserver import FakeCluster
 from k8s_doubles import KindEnv
 from k8s_objects import NS, VLLM_NODE_AFFINITY, VLLM_RS, WORKERS, failed_scheduling, pending_pod, pod
 
-from faults.k8s.ledger import ForceAntiAffinityDeadlock, SquatGpuLedger, TaintGpuNodes
-from faults.ledger import Ledger
+from inferchaos.faults.k8s.ledger import ForceAntiAffinityDeadlock, SquatGpuLedger, TaintGpuNodes
+from inferchaos.faults.ledger import Ledger
 from inferchaos.errors import ConfigError
 
 CONTROL_PLANE_TAINT = "1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }"

@@ -17,7 +17,7 @@ from fake_apiserver import FakeCluster
 from k8s_objects import CONTROL_PLANE, GPU_POOL, WORKERS
 from kubernetes.client import ApiClient
 
-from environments.kind.fake_gpus import advertise_fake_gpus
+from inferchaos.environments.kind.fake_gpus import advertise_fake_gpus
 from inferchaos.errors import EnvironmentStartError
 
 KIND = Path(__file__).resolve().parents[3] / "environments" / "kind"

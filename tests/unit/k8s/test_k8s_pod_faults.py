@@ -7,8 +7,8 @@ from fake_apiserver import FakeCluster
 from k8s_doubles import KindEnv
 from k8s_objects import NS, VLLM_RS, pod, vllm_pods
 
-from faults.k8s.pod import KillPods
-from faults.ledger import Ledger
+from inferchaos.faults.k8s.pod import KillPods
+from inferchaos.faults.ledger import Ledger
 from inferchaos.errors import ConfigError
 
 VLLM = {"namespace": NS, "label_selector": "app=vllm"}

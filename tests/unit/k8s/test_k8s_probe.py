@@ -9,8 +9,8 @@ from kubernetes.client import ApiClient, Configuration
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from steady_state.base import Sample
-from steady_state.k8s import K8sProbe
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.k8s import K8sProbe
 
 
 def by_name(samples: list[Sample]) -> dict[str, float]:

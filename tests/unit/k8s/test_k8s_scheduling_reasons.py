@@ -7,7 +7,12 @@ from fake_apiserver import FakeCluster
 from k8s_objects import NS, failed_scheduling, pending_pod, pod
 from kubernetes.client import ApiClient
 
-from steady_state.k8s import PendingPodReasons, ReasonKind, parse_failed_scheduling, pending_pod_reasons
+from inferchaos.steady_state.k8s import (
+    PendingPodReasons,
+    ReasonKind,
+    parse_failed_scheduling,
+    pending_pod_reasons,
+)
 
 GPU_SHORT = (
     "0/4 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "

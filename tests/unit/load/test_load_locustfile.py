@@ -9,7 +9,7 @@ import sys
 from load_fakes import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 from load_helpers import FLAKY_MODEL, LOCUSTFILE, REPO, Runs
 
-from experiments.load import LOAD_PROFILES
+from inferchaos.experiments.load import LOAD_PROFILES
 
 FIRST_DELAY_MS = 50.0
 DELAY_MS = 20.0

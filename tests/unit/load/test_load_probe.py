@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from load_helpers import Runs
 
-from experiments.load import HistoryReader, LoadProbe, LocustLoad, history_samples
+from inferchaos.experiments.load import HistoryReader, LoadProbe, LocustLoad, history_samples
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
 

@@ -15,8 +15,8 @@ import psutil
 import pytest
 from load_fakes import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 
-from environments.local.processes import spawn_process_group
-from experiments.load import (
+from inferchaos.environments.local.processes import spawn_process_group
+from inferchaos.experiments.load import (
     LoadedCanary,
     LoadError,
     LoadOptions,
@@ -27,9 +27,9 @@ from experiments.load import (
 )
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
-from steady_state.base import Probe, Sample
-from steady_state.sampler import Sampler
-from steady_state.timeline import Timeline
+from inferchaos.steady_state.base import Probe, Sample
+from inferchaos.steady_state.sampler import Sampler
+from inferchaos.steady_state.timeline import Timeline
 
 BOUND_S = 30.0
 

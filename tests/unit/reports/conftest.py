@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from report_helpers import RUN_NAMES, copy_run
 
-from reports.render import render_index, render_run
+from inferchaos.reports.render import render_index, render_run
 
 
 @pytest.fixture

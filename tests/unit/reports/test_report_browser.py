@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from reports.htmlkit import STATUS_COLOURS
-from reports.load import Status
-from reports.render import render_run
+from inferchaos.reports.htmlkit import STATUS_COLOURS
+from inferchaos.reports.load import Status
+from inferchaos.reports.render import render_run
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 pytestmark = pytest.mark.skipif(

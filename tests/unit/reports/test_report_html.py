@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from report_helpers import RUN_NAMES, edit_json, read_json
 
-from reports.plots import PLOTS
-from reports.render import render_run
+from inferchaos.reports.plots import PLOTS
+from inferchaos.reports.render import render_run
 
 PLOT_IDS = [spec.id for spec in PLOTS]
 FAULT_MARKS = ("fault-window", "injected", "reverted", "recovered")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from report_helpers import RUN_NAMES, copy_run, read_json
 
-from reports.index import find_runs, sparkline
-from reports.render import ReportError, render_index
+from inferchaos.reports.index import find_runs, sparkline
+from inferchaos.reports.render import ReportError, render_index
 
 
 def table_rows(html: str, table_id: str) -> list[str]:

@@ -9,8 +9,8 @@ from typing import Any
 
 from report_helpers import edit_json, read_json
 
-from reports.junit import junit_xml
-from reports.load import load_run
+from inferchaos.reports.junit import junit_xml
+from inferchaos.reports.load import load_run
 
 OUTCOMES = ("failure", "error", "skipped")
 

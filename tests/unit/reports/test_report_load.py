@@ -10,9 +10,9 @@ import pytest
 from report_helpers import RUN_NAMES, edit_json
 
 from inferchaos.errors import InferchaosError
-from reports.load import Status, load_run
-from reports.render import ReportError, render_run
-from steady_state.slo import Phase
+from inferchaos.reports.load import Status, load_run
+from inferchaos.reports.render import ReportError, render_run
+from inferchaos.steady_state.slo import Phase
 
 
 @pytest.mark.parametrize("name", RUN_NAMES)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.load import load_run
-from reports.plots import PLOTS, markers, render_plots, rolling_mean, with_gaps
+from inferchaos.reports.load import load_run
+from inferchaos.reports.plots import PLOTS, markers, render_plots, rolling_mean, with_gaps
 
 
 def test_markers_put_injection_revert_and_recovery_relative_to_the_baseline_start(

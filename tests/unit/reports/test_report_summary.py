@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from report_helpers import RUN_NAMES, edit_json, read_json
 
-from reports.load import load_run
-from reports.summary import render_summary
+from inferchaos.reports.load import load_run
+from inferchaos.reports.summary import render_summary
 
 
 def summary(rendered: Path, name: str) -> str:

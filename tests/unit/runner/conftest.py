@@ -23,7 +23,7 @@ from runner_fakes import (
     run_fake_experiment,
 )
 
-from experiments.spec import ExperimentSpec
+from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.errors import FaultError
 
 

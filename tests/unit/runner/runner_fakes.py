@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
-from experiments.runner import Runner, RunOptions
-from experiments.spec import ExperimentSpec, FaultStep
-from experiments.verdict import Verdict
-from faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from faults.ledger import Ledger
-from faults.registry import register
+from inferchaos.environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
+from inferchaos.experiments.runner import Runner, RunOptions
+from inferchaos.experiments.spec import ExperimentSpec, FaultStep
+from inferchaos.experiments.verdict import Verdict
+from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
-from steady_state.base import Probe, Sample
-from steady_state.slo import ensure_slos_are_valid
+from inferchaos.steady_state.base import Probe, Sample
+from inferchaos.steady_state.slo import ensure_slos_are_valid
 
 FAKE_FAULT = "test.fake_fault"
 RAY_TOKEN = "ray-token-0123456789abcdef"

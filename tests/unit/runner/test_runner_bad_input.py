@@ -29,6 +29,7 @@ EXPECTED: dict[str, str] = {
     "negative_duration.yaml": "method[0].pauses.after: must be a positive number of seconds, got -5",
     "empty.yaml": "the file is empty",
     "not_a_mapping.yaml": "an experiment must be a mapping of keys, got list",
+    "old_module_path.yaml": "method[0].provider.module: 'faults.vllm.actions' moved: use 'inferchaos.faults.vllm.actions'",
     MISSING: "no such experiment file",
 }
 
@@ -48,7 +49,7 @@ def test_bad_experiment_exits_2_with_one_line(name: str, tmp_path: Path) -> None
     home = tmp_path / "home"
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "run", str(path), "--out", str(tmp_path / "runs")],
+        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(path), "--out", str(tmp_path / "runs")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     lines = [line for line in done.stderr.splitlines() if line.strip()]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from runner_fakes import FakeEnv, RunResult, make_spec
 
-from experiments.runner import RunOptions, run_experiment
-from experiments.verdict import Status
-from faults.ledger import Ledger
+from inferchaos.experiments.runner import RunOptions, run_experiment
+from inferchaos.experiments.verdict import Status
+from inferchaos.faults.ledger import Ledger
 from inferchaos.errors import EnvironmentError_
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from runner_fakes import FakeEnv, RunResult
 
-import experiments.cli as cli
-from experiments.verdict import EXIT_INTERRUPTED, Status, Verdict
+import inferchaos.experiments.cli as cli
+from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Status, Verdict
 
 REPO = Path(__file__).resolve().parents[3]
 KV_FLOOD = REPO / "experiments" / "kv_flood.yaml"
@@ -79,7 +79,7 @@ def test_cli_maps_verdicts_to_their_exit_code(
 
 def _inferchaos(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "inferchaos.experiments.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from runner_fakes import FAKE_FAULT, LONG_DURING_S, FaultScript, RunResult, make_spec, run_fake_experiment
 
-from experiments.verdict import Status
-from faults.ledger import Ledger
+from inferchaos.experiments.verdict import Status
+from inferchaos.faults.ledger import Ledger
 
 
 def assert_reverted_once_after_inject(result: RunResult) -> None:

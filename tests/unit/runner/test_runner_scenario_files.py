@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.spec import load_and_validate
+from inferchaos.experiments.spec import load_and_validate
 
 REPO = Path(__file__).resolve().parents[3]
 CHAOS = REPO / ".venv" / "bin" / "chaos"

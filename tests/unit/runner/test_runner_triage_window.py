@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from runner_fakes import FaultScript, World, make_spec, run_fake_experiment
 
-import experiments.runner as runner_module
-from experiments.verdict import Status
+import inferchaos.experiments.runner as runner_module
+from inferchaos.experiments.verdict import Status
 
 
 def test_without_a_breach_triage_looks_over_the_whole_fault_window(

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from steady_state.timeline import Row, Timeline
+from inferchaos.steady_state.timeline import Row, Timeline
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferchaos.errors import ConfigError
-from steady_state.aggregates import AGGREGATES, get_aggregate
+from inferchaos.steady_state.aggregates import AGGREGATES, get_aggregate
 
 POINTS = [(0.0, 4.0), (1.0, 1.0), (2.0, 3.0), (3.0, 2.0)]
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from inferchaos.errors import ConfigError
-from steady_state.base import Sample
-from steady_state.canary import CanaryConfig, CanaryProbe, phase_between_ticks
-from steady_state.catalog import KNOWN_PROBES
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe, phase_between_ticks
+from inferchaos.steady_state.catalog import KNOWN_PROBES
 
 if TYPE_CHECKING:
     from conftest import FakeServer

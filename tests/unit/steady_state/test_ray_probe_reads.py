@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from inferchaos.errors import ProbeError
-from steady_state.ray import RayProbe, RaySnapshot
+from inferchaos.steady_state.ray import RayProbe, RaySnapshot
 
 
 class SlowRayProbe(RayProbe):

@@ -11,9 +11,9 @@ import pytest
 
 from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.layers import Layer
-from steady_state.base import Sample
-from steady_state.sampler import Sampler, Tick
-from steady_state.timeline import Timeline, TimelineWriter, read_timeline
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.sampler import Sampler, Tick
+from inferchaos.steady_state.timeline import Timeline, TimelineWriter, read_timeline
 
 
 class CountingProbe:
@@ -209,7 +209,7 @@ async def test_an_overrun_tick_skips_missed_slots_instead_of_bursting(
             await asyncio.sleep(0.8)  # more than two whole intervals
 
     sampler = Sampler([CountingProbe()], Timeline(), interval_s=0.25, on_tick=slow_first_tick)
-    with caplog.at_level("INFO", logger="steady_state.sampler"):
+    with caplog.at_level("INFO", logger="inferchaos.steady_state.sampler"):
         await asyncio.wait_for(sampler.run(max_ticks=2), timeout=60)
     skipped = [m for r in caplog.records if (m := re.search(r"overran; skipping (\d+) tick", r.getMessage()))]
     assert skipped and int(skipped[0].group(1)) >= 2

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from steady_state.evaluation import (
+from inferchaos.steady_state.evaluation import (
     detect,
     evaluate,
     evaluate_slo,
     phase_windows,
     recover,
 )
-from steady_state.slo import Phase, SloSpec, ensure_slos_are_valid
-from steady_state.timeline import Timeline, TimelineWriter, read_timeline
+from inferchaos.steady_state.slo import Phase, SloSpec, ensure_slos_are_valid
+from inferchaos.steady_state.timeline import Timeline, TimelineWriter, read_timeline
 
 if TYPE_CHECKING:
     from conftest import Synth

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from inferchaos.errors import ConfigError
-from steady_state.slo import Op, Phase, ensure_slos_are_valid
+from inferchaos.steady_state.slo import Op, Phase, ensure_slos_are_valid
 
 EXAMPLE = yaml.safe_load(
     """

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from steady_state.detectors import (
+from inferchaos.steady_state.detectors import (
     DetectorConfig,
     detect_actor_growth,
     detect_stalled_placement_groups,

@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import ConfigError
-from steady_state.base import Sample
-from steady_state.timeline import Row, Timeline, TimelineWriter, format_labels, parse_labels, read_timeline
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.timeline import (
+    Row,
+    Timeline,
+    TimelineWriter,
+    format_labels,
+    parse_labels,
+    read_timeline,
+)
 
 T = 1_800_000_000.25
 

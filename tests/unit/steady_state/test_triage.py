@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from inferchaos.layers import TRIAGE_ORDER
-from steady_state.catalog import KNOWN_PROBES
-from steady_state.timeline import Row, Timeline
-from steady_state.triage import RULES, Condition, TriageResult, triage
+from inferchaos.steady_state.catalog import KNOWN_PROBES
+from inferchaos.steady_state.timeline import Row, Timeline
+from inferchaos.steady_state.triage import RULES, Condition, TriageResult, triage
 
 if TYPE_CHECKING:
     from conftest import Synth

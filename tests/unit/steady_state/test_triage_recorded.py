@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from steady_state.timeline import Mark, read_timeline
-from steady_state.triage import triage
+from inferchaos.steady_state.timeline import Mark, read_timeline
+from inferchaos.steady_state.triage import triage
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "timelines"
 REPLICA_NEEDS_BYTES = 1.9e9

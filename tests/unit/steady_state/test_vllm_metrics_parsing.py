@@ -8,7 +8,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferchaos.errors import ProbeError
-from steady_state.vllm import READ_FAMILIES, Histogram, histogram_quantile, parse_metrics, read_families_only
+from inferchaos.steady_state.vllm import (
+    READ_FAMILIES,
+    Histogram,
+    histogram_quantile,
+    parse_metrics,
+    read_families_only,
+)
 
 
 def test_idle_replica(idle_metrics: str) -> None:

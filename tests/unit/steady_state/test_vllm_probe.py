@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from inferchaos.errors import ProbeError
-from steady_state.base import Sample
-from steady_state.catalog import KNOWN_PROBES
-from steady_state.sampler import Sampler
-from steady_state.timeline import Timeline
-from steady_state.vllm import VllmProbe
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.catalog import KNOWN_PROBES
+from inferchaos.steady_state.sampler import Sampler
+from inferchaos.steady_state.timeline import Timeline
+from inferchaos.steady_state.vllm import VllmProbe
 
 if TYPE_CHECKING:
     from conftest import FakeServer

@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def chaos_env(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The environment gates run against: the one already up, or a local one for this session."""
-    from environments.local.env import LocalEnvironment
+    from inferchaos.environments.local.env import LocalEnvironment
 
     env = LocalEnvironment()
     started_here = not (env.is_recorded() and env.load_state().ready)
@@ -63,8 +63,8 @@ def run_experiment(
     record_property: Callable[[str, object], None],
 ) -> Callable[..., Any]:
     """Run an experiment file against ``chaos_env``; returns its :class:`experiments.verdict.Verdict`."""
-    from experiments.runner import Runner, RunOptions, plan_run
-    from experiments.spec import load_and_validate
+    from inferchaos.experiments.runner import Runner, RunOptions, plan_run
+    from inferchaos.experiments.spec import load_and_validate
 
     out = Path(request.config.getoption("--chaos-out") or tmp_path)
     interval = float(request.config.getoption("--chaos-interval"))
