@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+from inferchaos.errors import FaultError
 from inferchaos.faults.gpu.cuda import cuda_available
 from inferchaos.faults.gpu.launch import (
     SquatterSpec,
@@ -28,7 +29,6 @@ from inferchaos.faults.gpu.launch import (
     wait_ready,
 )
 from inferchaos.faults.gpu.nvml import GpuObservation, Nvml, NvmlError
-from inferchaos.errors import FaultError
 
 DEVICE = 0
 FRACTION = 0.25

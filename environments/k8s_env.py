@@ -36,8 +36,8 @@ from inferchaos.environments.base import (
 from inferchaos.environments.k8s_config import K8sEnvConfig
 from inferchaos.environments.kind.lifecycle import run_kind_script
 from inferchaos.environments.local.env import connect_driver, list_ray_nodes
-from inferchaos.faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
 from inferchaos.errors import ConfigError, EnvironmentNotUp
+from inferchaos.faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
 from inferchaos.steady_state.k8s import K8sProbe
 
 logger = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
+from inferchaos.errors import ConfigError, InferchaosError
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
 from inferchaos.experiments.probes import build_probes
@@ -37,7 +38,6 @@ from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Verdict
 from inferchaos.faults.base import FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
-from inferchaos.errors import ConfigError, InferchaosError
 
 logger = logging.getLogger(__name__)
 console = Console()

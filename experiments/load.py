@@ -25,8 +25,8 @@ from typing import Any
 import psutil
 
 from inferchaos.environments.local.processes import spawn_process_group
-from inferchaos.experiments.probes import build_probes
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
+from inferchaos.experiments.probes import build_probes
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
 from inferchaos.steady_state.base import Probe, Sample

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferchaos.errors import EnvironmentError_, InferchaosError
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import build_journal
 from inferchaos.experiments.probes import build_probes
@@ -28,7 +29,6 @@ from inferchaos.experiments.verdict import FaultOutcome, Status, Timing, Verdict
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
-from inferchaos.errors import EnvironmentError_, InferchaosError
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import phase_between_ticks
 from inferchaos.steady_state.evaluation import evaluate, evaluate_slo, phase_windows, recover

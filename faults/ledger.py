@@ -13,8 +13,8 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from inferchaos.faults.base import FaultHandle
 from inferchaos.errors import FaultError
+from inferchaos.faults.base import FaultHandle
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
 

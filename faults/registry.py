@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from inferchaos.faults.base import Fault
 from inferchaos.errors import ConfigError
+from inferchaos.faults.base import Fault
 
 _REGISTRY: dict[str, type[Fault]] = {}
 # Every module that defines built-in faults; imported on first lookup so that a name is known

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.status import Status
 from inferchaos.reports.errors import ReportError
+from inferchaos.status import Status
 from inferchaos.steady_state.slo import Op, Phase
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 

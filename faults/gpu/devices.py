@@ -6,9 +6,9 @@ import logging
 import re
 from dataclasses import dataclass
 
+from inferchaos.errors import ConfigError
 from inferchaos.faults.gpu.cuda import CudaDriver, CudaError, CudaUnavailable
 from inferchaos.faults.gpu.nvml import Nvml, NvmlError
-from inferchaos.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ from inferchaos.environments.local.memory_budget import (
     find_budget,
 )
 from inferchaos.environments.local.replica_slots import ReplicaRecord, read_records
+from inferchaos.errors import ConfigError, EnvironmentNotUp, FaultError, InferchaosError, ProbeError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.gpu.cuda import cuda_available
 from inferchaos.faults.gpu.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
@@ -56,7 +57,6 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.params import param, reject_unknown
 from inferchaos.faults.ray.common import require_local
 from inferchaos.faults.registry import register
-from inferchaos.errors import ConfigError, EnvironmentNotUp, FaultError, InferchaosError, ProbeError
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
 from inferchaos.steady_state.device import budget_memory

@@ -17,8 +17,8 @@ from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, Cu
 from kubernetes.config import new_client_from_config
 from kubernetes.config.config_exception import ConfigException
 
-from inferchaos.faults.k8s.allowlist import K8sAllowList
 from inferchaos.errors import ConfigError
+from inferchaos.faults.k8s.allowlist import K8sAllowList
 
 
 @dataclass

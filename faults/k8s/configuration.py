@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s.allowlist import K8sAllowList
 from inferchaos.faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
 from inferchaos.faults.ledger import Ledger
-from inferchaos.errors import ConfigError
 
 
 @dataclass

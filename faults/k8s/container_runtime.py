@@ -11,8 +11,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from inferchaos.faults.k8s.errors import K8sError
 from inferchaos.errors import ConfigError
+from inferchaos.faults.k8s.errors import K8sError
 
 logger = logging.getLogger(__name__)
 

@@ -43,13 +43,13 @@ from kubernetes.client import (
 )
 from kubernetes.client.exceptions import ApiException
 
+from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle
 from inferchaos.faults.k8s.api import api_errors, read_if_exists, read_raw
 from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
 from inferchaos.faults.k8s.client import K8sTarget
 from inferchaos.faults.k8s.errors import K8sError
 from inferchaos.faults.registry import register
-from inferchaos.errors import ConfigError
 from inferchaos.steady_state.k8s import PendingPodReasons, ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from kubernetes.client import V1DeleteOptions, V1Eviction, V1Node, V1ObjectMeta, V1Preconditions
 from kubernetes.client.exceptions import ApiException
 
+from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle
 from inferchaos.faults.k8s.api import api_errors, read_if_exists, read_raw
 from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
@@ -37,7 +38,6 @@ from inferchaos.faults.k8s.nodes import (
     set_unschedulable,
 )
 from inferchaos.faults.registry import register
-from inferchaos.errors import ConfigError
 from inferchaos.steady_state.k8s import ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)

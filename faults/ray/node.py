@@ -16,12 +16,12 @@ import httpx
 
 from inferchaos.environments.local.processes import kill_tree_now
 from inferchaos.environments.local.state import RayNodeRecord
+from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.params import param, reject_unknown, wait_until
 from inferchaos.faults.ray.common import RayEnvironment, require_local
 from inferchaos.faults.registry import register
-from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 
 logger = logging.getLogger(__name__)

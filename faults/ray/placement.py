@@ -14,12 +14,12 @@ import logging
 import time
 from typing import Any
 
+from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.params import param, reject_unknown, wait_until
 from inferchaos.faults.ray.common import free_gpus, require_local
 from inferchaos.faults.registry import register
-from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 
 logger = logging.getLogger(__name__)

@@ -15,12 +15,12 @@ import httpx
 import psutil
 
 from inferchaos.environments.local.replica_slots import ReplicaRecord
+from inferchaos.errors import ConfigError, FaultError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.params import param, reject_unknown, wait_until
 from inferchaos.faults.ray.common import require_local
 from inferchaos.faults.registry import register
-from inferchaos.errors import ConfigError, FaultError
 from inferchaos.layers import Layer
 
 logger = logging.getLogger(__name__)

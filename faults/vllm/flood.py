@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 
+from inferchaos.errors import ConfigError, FaultError, ProbeError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.params import param, reject_unknown
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
-from inferchaos.errors import ConfigError, FaultError, ProbeError
 from inferchaos.layers import Layer
 from inferchaos.steady_state.openai_stream import stream_completion
 from inferchaos.steady_state.vllm import parse_metrics

@@ -11,12 +11,12 @@ from inferchaos.environments.base import NodeStatus
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.replica_slots import ReplicaRecord
 from inferchaos.environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
+from inferchaos.errors import ConfigError
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.actors import LeakActors
 from inferchaos.faults.ray.node import KillNode
 from inferchaos.faults.ray.placement import StallPlacementGroup
-from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 
 PORTS = NodePorts(0, 0, 0, 0, 0, 0, 0, 0)

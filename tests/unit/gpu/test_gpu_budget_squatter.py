@@ -15,6 +15,7 @@ import pytest
 
 from inferchaos.environments.local.memory_budget import MemoryBudget, budgets_available, open_budget
 from inferchaos.environments.local.processes import kill_tree_now, pid_alive
+from inferchaos.errors import FaultError
 from inferchaos.faults.gpu.launch import (
     SquatterSpec,
     end_squatter,
@@ -23,7 +24,6 @@ from inferchaos.faults.gpu.launch import (
     wait_ready,
 )
 from inferchaos.faults.gpu.restart import budget_rss_bytes, wait_budget_released
-from inferchaos.errors import FaultError
 from inferchaos.steady_state.device import budget_memory
 
 MIB = 1024 * 1024

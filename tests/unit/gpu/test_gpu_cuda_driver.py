@@ -7,6 +7,7 @@ import ctypes
 import pytest
 from gpu_fakes import GIB, FakeLibcuda
 
+from inferchaos.errors import FaultError
 from inferchaos.faults.gpu import cuda
 from inferchaos.faults.gpu.cuda import (
     TOUCH_BYTE,
@@ -16,7 +17,6 @@ from inferchaos.faults.gpu.cuda import (
     hold_device_memory,
     release_device_memory,
 )
-from inferchaos.errors import FaultError
 
 
 def _in_order(calls: list[str], expected: list[str]) -> bool:

@@ -12,9 +12,9 @@ from k8s_scenario import CONTEXT, k8s_env_config, make_runtime, seed_kind_enviro
 
 from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
+from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.experiments.cli import main
 from inferchaos.experiments.probes import build_probes
-from inferchaos.errors import ConfigError, EnvironmentNotUp
 
 TOKEN = "ray-token-for-the-fake-cluster"
 

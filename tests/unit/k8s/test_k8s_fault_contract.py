@@ -13,10 +13,10 @@ from k8s_doubles import KindEnv
 from k8s_objects import CONTROL_PLANE, FAULT_PARAMS, NS, WORKERS, node
 
 import inferchaos.faults.k8s  # noqa: F401  (registers the faults)
+from inferchaos.errors import ConfigError, FaultError
 from inferchaos.faults.k8s.allowlist import K8sAllowList
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import fault_names, get_fault
-from inferchaos.errors import ConfigError, FaultError
 
 ALL_FAULTS = sorted(FAULT_PARAMS)
 

@@ -9,9 +9,9 @@ from fake_apiserver import FakeCluster
 from k8s_doubles import KindEnv
 from k8s_objects import NS, VLLM_NODE_AFFINITY, VLLM_RS, WORKERS, failed_scheduling, pending_pod, pod
 
+from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s.ledger import ForceAntiAffinityDeadlock, SquatGpuLedger, TaintGpuNodes
 from inferchaos.faults.ledger import Ledger
-from inferchaos.errors import ConfigError
 
 CONTROL_PLANE_TAINT = "1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }"
 PREEMPTION = " preemption: 0/4 nodes are available: 1 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod."  # noqa: E501

@@ -7,9 +7,9 @@ from fake_apiserver import FakeCluster
 from k8s_doubles import KindEnv
 from k8s_objects import NS, VLLM_RS, pod, vllm_pods
 
+from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s.pod import KillPods
 from inferchaos.faults.ledger import Ledger
-from inferchaos.errors import ConfigError
 
 VLLM = {"namespace": NS, "label_selector": "app=vllm"}
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from load_helpers import Runs
 
-from inferchaos.experiments.load import HistoryReader, LoadProbe, LocustLoad, history_samples
 from inferchaos.errors import ProbeError
+from inferchaos.experiments.load import HistoryReader, LoadProbe, LocustLoad, history_samples
 from inferchaos.layers import Layer
 
 HEADER = (

@@ -16,6 +16,7 @@ import pytest
 from load_fakes import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 
 from inferchaos.environments.local.processes import spawn_process_group
+from inferchaos.errors import ConfigError
 from inferchaos.experiments.load import (
     LoadedCanary,
     LoadError,
@@ -25,7 +26,6 @@ from inferchaos.experiments.load import (
     load_probe_factory,
     stop_process_group,
 )
-from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.sampler import Sampler

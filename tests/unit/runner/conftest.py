@@ -23,8 +23,8 @@ from runner_fakes import (
     run_fake_experiment,
 )
 
-from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.errors import FaultError
+from inferchaos.experiments.spec import ExperimentSpec
 
 
 def _run(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from runner_fakes import FakeEnv, RunResult, make_spec
 
+from inferchaos.errors import EnvironmentError_
 from inferchaos.experiments.runner import RunOptions, run_experiment
 from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
-from inferchaos.errors import EnvironmentError_
 
 
 def test_baseline_not_met_aborts_without_injecting(baseline_failed_run: RunResult) -> None:
