@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make gameday   set up .venv and run the game day on the embedded local environment"
 	@echo "make test      set up .venv and run unit + integration tests"
-	@echo "make lint      ruff"
+	@echo "make lint      ruff, ruff format --check, import-linter, mypy"
 	@echo "make bench     run the benchmarks under bench/"
 	@echo "make env-down  stop a local environment left running"
 
@@ -53,8 +53,12 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
 
+# ruff (lint and format), import-linter (layers import one way), mypy (types).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/env_startup.py

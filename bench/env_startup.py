@@ -22,7 +22,7 @@ from bench_server import bench_server  # bench/, the folder of this script
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.model import ensure_model
-from inferchaos.environments.local.processes import free_port, processes_with_marker
+from inferchaos.primitives.processes import free_port, processes_with_marker
 
 
 def cold_start_one_replica(config: LocalEnvConfig, home: Path) -> float:

@@ -70,7 +70,7 @@ import httpx
 from bench_server import bench_server  # bench/, the folder of this script
 
 from inferchaos.errors import EnvironmentError_, InferchaosError
-from inferchaos.steady_state.vllm import Histogram, parse_metrics
+from inferchaos.primitives.vllm_metrics import Histogram, parse_metrics
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from inferchaos.config_files import read_config_mapping
 from inferchaos.errors import ConfigError
-from inferchaos.faults.k8s.allowlist import K8sAllowList
+from inferchaos.primitives.kube.allowlist import K8sAllowList
 
 K8S_ENVS = ("kind", "cluster")
 # Per-replica URL, filled from each vLLM Pod: pod_ip, host_ip, port (the named container port), name.

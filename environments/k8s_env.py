@@ -25,7 +25,11 @@ from kubernetes.client import CoreV1Api, V1Pod
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from inferchaos.environments.base import (
+from inferchaos.environments.k8s_config import K8sEnvConfig
+from inferchaos.environments.kind.lifecycle import run_kind_script
+from inferchaos.environments.local.env import connect_driver, list_ray_nodes
+from inferchaos.errors import ConfigError, EnvironmentNotUp
+from inferchaos.primitives.env_status import (
     EnvStatus,
     FrontDoorStatus,
     ModelStatus,
@@ -33,12 +37,7 @@ from inferchaos.environments.base import (
     ReplicaStatus,
     VllmStatus,
 )
-from inferchaos.environments.k8s_config import K8sEnvConfig
-from inferchaos.environments.kind.lifecycle import run_kind_script
-from inferchaos.environments.local.env import connect_driver, list_ray_nodes
-from inferchaos.errors import ConfigError, EnvironmentNotUp
-from inferchaos.faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
-from inferchaos.steady_state.k8s import K8sProbe
+from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
 
 logger = logging.getLogger(__name__)
 
@@ -107,10 +106,6 @@ class K8sEnvironment:
         return connect_kubeconfig(
             kube.context, allow, runtime=self.config.container_runtime, config_file=config_file
         )
-
-    def k8s_probe(self) -> K8sProbe:
-        """The Kubernetes-layer probe over the workloads' namespace and the allowed nodes."""
-        return K8sProbe(self.k8s.api_client, self.config.kube.namespace, self.config.allow.node_selector)
 
     def close(self) -> None:
         """Close the kube client's connection pool."""

@@ -14,7 +14,6 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
-from inferchaos.environments.base import EnvStatus
 from inferchaos.environments.k8s_config import K8S_ENVS, load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.config import LocalEnvConfig
@@ -38,6 +37,7 @@ from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Verdict
 from inferchaos.faults.base import FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
+from inferchaos.primitives.env_status import EnvStatus
 
 logger = logging.getLogger(__name__)
 console = Console()

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from inferchaos.faults.actions import Configuration, Secrets, open_environment, open_ledger, shared_fault
-from inferchaos.steady_state.openai_stream import stream_completion
+from inferchaos.primitives.openai_stream import stream_completion
 
 
 def front_door_serves(configuration: Configuration = None, secrets: Secrets = None) -> bool:

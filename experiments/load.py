@@ -24,11 +24,11 @@ from typing import Any
 
 import psutil
 
-from inferchaos.environments.local.processes import spawn_process_group
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
 from inferchaos.experiments.probes import build_probes
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
+from inferchaos.primitives.processes import spawn_process_group
 from inferchaos.steady_state.base import Probe, Sample
 
 logger = logging.getLogger(__name__)

@@ -6,8 +6,10 @@ import importlib
 import logging
 from typing import Any
 
+from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe
+from inferchaos.steady_state.k8s import K8sProbe
 from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.vllm import VllmProbe
 
@@ -31,10 +33,9 @@ def build_probes(env: Any, canary_rate_per_s: float = 2.0) -> tuple[list[Probe],
     device = _device_probe(env) if getattr(env, "local_devices", True) else None
     if device is not None:
         probes.append(device)
-    # Environments with a kube API (kind, cluster) build their Kubernetes-layer probe.
-    k8s_probe = getattr(env, "k8s_probe", None)
-    if k8s_probe is not None:
-        probes.append(k8s_probe())
+    # Environments with a kube API (kind, cluster) get the Kubernetes-layer probe.
+    if isinstance(env, K8sEnvironment):
+        probes.append(k8s_probe_of(env))
     return probes, canary
 
 
@@ -47,3 +48,8 @@ def _device_probe(env: Any) -> Probe | None:
         return None
     factory = getattr(module, "device_probe_for", None)
     return factory(env) if factory is not None else None
+
+
+def k8s_probe_of(env: K8sEnvironment) -> K8sProbe:
+    """The Kubernetes-layer probe of a kind or cluster environment, scoped by its config."""
+    return K8sProbe(env.k8s.api_client, env.config.kube.namespace, env.config.allow.node_selector)

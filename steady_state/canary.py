@@ -16,8 +16,8 @@ import httpx
 
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
+from inferchaos.primitives.openai_stream import StreamResult, stream_completion_async
 from inferchaos.steady_state.base import Sample
-from inferchaos.steady_state.openai_stream import StreamResult, stream_completion_async
 
 logger = logging.getLogger(__name__)
 

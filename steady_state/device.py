@@ -12,108 +12,35 @@ kernel's reclaim leaves standing, so page cache a dead replica left behind does 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferchaos.environments.local.memory_budget import (
-    MemoryBudget,
+from inferchaos.errors import EnvironmentNotUp, ProbeError
+from inferchaos.layers import Layer
+from inferchaos.primitives.capabilities import RecordedLocalState
+from inferchaos.primitives.memory_budget import (
+    budget_memory,
     budget_name,
     budgets_available,
     find_budget,
 )
-from inferchaos.environments.local.state import LocalEnvState
-from inferchaos.errors import EnvironmentNotUp, ProbeError
-from inferchaos.layers import Layer
+from inferchaos.primitives.nvml import DeviceMemory, NvmlUnavailable, load_nvml, read_nvml_memory
 from inferchaos.steady_state.base import Sample
 
 logger = logging.getLogger(__name__)
 
-NVML_MODULE = "pynvml"
 
-
-class NvmlUnavailable(ProbeError):
-    """NVML cannot be used here; the message says why."""
-
-
-@dataclass(frozen=True)
-class DeviceMemory:
-    """Memory of one device at one instant."""
-
-    device: str
-    total_bytes: int
-    used_bytes: int
-    free_bytes: int
-
-    def samples(self) -> list[Sample]:
-        """The ``device.*`` readings of this device."""
-        labels = {"device": self.device}
-        return [
-            Sample("device.total_bytes", float(self.total_bytes), dict(labels)),
-            Sample("device.used_bytes", float(self.used_bytes), dict(labels)),
-            Sample("device.free_bytes", float(self.free_bytes), dict(labels)),
-            Sample("device.available", 1.0, dict(labels)),
-        ]
-
-
-def load_nvml(module: Any | None = None) -> Any:
-    """pynvml, initialised; ``module`` replaces it (tests pass a fake).
-
-    Imported lazily: nvidia-ml-py is in the optional ``gpu`` extra, and most machines that
-    run the local environment have no GPU.
-    """
-    if module is None:
-        try:
-            module = importlib.import_module(NVML_MODULE)
-        except ImportError as e:
-            raise NvmlUnavailable(
-                "NVML unavailable: the nvidia-ml-py package is not installed (install the project's `gpu` extra)"
-            ) from e
-    try:
-        module.nvmlInit()
-    except module.NVMLError as e:
-        raise NvmlUnavailable(f"NVML unavailable: nvmlInit failed: {e}") from e
-    return module
-
-
-def read_nvml_memory(nvml: Any) -> list[DeviceMemory]:
-    """Total/used/free bytes of every GPU NVML sees."""
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-        devices = []
-        for index in range(count):
-            info = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index))
-            devices.append(DeviceMemory(f"cuda:{index}", int(info.total), int(info.used), int(info.free)))
-    except nvml.NVMLError as e:
-        raise ProbeError(f"NVML read failed: {e}") from e
-    return devices
-
-
-def read_memory_stat(budget: MemoryBudget) -> dict[str, int]:
-    """The budget's memory.stat as numbers."""
-    try:
-        text = (budget.path / "memory.stat").read_text()
-    except OSError as e:
-        raise ProbeError(f"could not read {budget.path / 'memory.stat'}: {e}") from e
-    stats = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            stats[key] = int(value)
-    return stats
-
-
-def budget_memory(budget: MemoryBudget, device: str) -> DeviceMemory:
-    """A replica budget read as a device: its limit is the total, its working set the used bytes."""
-    try:
-        usage = budget.usage_bytes()
-    except OSError as e:
-        raise ProbeError(f"could not read the usage of memory budget {budget.name}: {e}") from e
-    stats = read_memory_stat(budget)
-    used = max(0, usage - stats.get("total_inactive_file", stats.get("inactive_file", 0)))
-    return DeviceMemory(device, budget.limit_bytes, used, max(0, budget.limit_bytes - used))
+def device_samples(memory: DeviceMemory) -> list[Sample]:
+    """The ``device.*`` readings of one device."""
+    labels = {"device": memory.device}
+    return [
+        Sample("device.total_bytes", float(memory.total_bytes), dict(labels)),
+        Sample("device.used_bytes", float(memory.used_bytes), dict(labels)),
+        Sample("device.free_bytes", float(memory.free_bytes), dict(labels)),
+        Sample("device.available", 1.0, dict(labels)),
+    ]
 
 
 def read_budget_memory(env_id: str, slots: Sequence[int]) -> list[DeviceMemory]:
@@ -140,7 +67,7 @@ class DeviceReading:
         """Every device's readings, or ``device.available 0`` with the reason."""
         if not self.devices:
             return [Sample("device.available", 0.0, {"reason": self.reason})]
-        return [sample for device in self.devices for sample in device.samples()]
+        return [sample for device in self.devices for sample in device_samples(device)]
 
 
 class DeviceProbe:
@@ -158,9 +85,9 @@ class DeviceProbe:
         self._nvml_reason = ""
 
     @classmethod
-    def for_local_state(cls, state: LocalEnvState, nvml_module: Any = None) -> DeviceProbe:
+    def for_local_state(cls, state: RecordedLocalState, nvml_module: Any = None) -> DeviceProbe:
         """A probe of the local environment recorded in ``state`` (one budget per replica slot)."""
-        return cls(state.env_id, range(state.config.workers), nvml_module)
+        return cls(state.env_id, state.replica_slots, nvml_module)
 
     def _gpus(self) -> list[DeviceMemory]:
         if self._nvml is None and not self._nvml_reason:

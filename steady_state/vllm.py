@@ -10,202 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
+from inferchaos.primitives.vllm_metrics import VllmSnapshot, parse_metrics
 from inferchaos.steady_state.base import Sample
 
 logger = logging.getLogger(__name__)
 
 # Sample names as exposed (prometheus_client strips ``_total`` from a counter's *family*
 # name but keeps it on the sample, so samples are matched by their own names).
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-KV_USAGE = "vllm:kv_cache_usage_perc"
-PREEMPTIONS = "vllm:num_preemptions_total"
-PROMPT_TOKENS = "vllm:prompt_tokens_total"
-GENERATION_TOKENS = "vllm:generation_tokens_total"
-TTFT = "vllm:time_to_first_token_seconds"
-ITL = "vllm:inter_token_latency_seconds"
-E2E = "vllm:e2e_request_latency_seconds"
-CACHE_CONFIG = "vllm:cache_config_info"
-# The families parse_metrics reads. A replica exposes some 60 families (~50 KB); parsing
-# only these makes a read about 4x cheaper (6.6 -> 1.5 ms measured), which matters because
-# every replica is parsed on the sampler's event loop once per tick.
-READ_FAMILIES = frozenset(
-    {RUNNING, WAITING, KV_USAGE, "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
-     TTFT, ITL, E2E, CACHE_CONFIG}
-)  # fmt: skip
-_SAMPLE_SUFFIXES = ("_bucket", "_count", "_sum", "_total")  # _created is a family of its own
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """A cumulative histogram: ``(upper bound, count of observations <= bound)``, +Inf last."""
-
-    buckets: tuple[tuple[float, float], ...]
-
-    @property
-    def count(self) -> float:
-        """Observations in total (the +Inf bucket)."""
-        return self.buckets[-1][1] if self.buckets else 0.0
-
-    def since(self, earlier: Histogram) -> Histogram:
-        """Observations made after ``earlier`` was taken, bucket by bucket.
-
-        A smaller total than before means the replica restarted and counts from zero, so
-        everything it has now is new.
-        """
-        before = dict(earlier.buckets)
-        if self.count < earlier.count or set(before) != {le for le, _ in self.buckets}:
-            return self
-        return Histogram(tuple((le, max(0.0, n - before[le])) for le, n in self.buckets))
-
-    def quantile(self, q: float) -> float | None:
-        """See :func:`histogram_quantile`."""
-        return histogram_quantile(q, self.buckets)
-
-
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """The q-quantile of a cumulative histogram, as Prometheus ``histogram_quantile`` computes it.
-
-    The observation of rank ``q * total`` lies in the first bucket whose cumulative count
-    reaches it; its value is interpolated linearly between that bucket's bounds (the lower
-    bound of the first bucket is 0). Ranks in the +Inf bucket answer the highest finite
-    bound. None when the histogram holds no observations.
-    """
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile must be within [0, 1], got {q}")
-    ordered = sorted(buckets)
-    if not ordered or ordered[-1][1] <= 0:
-        return None
-    total = ordered[-1][1]
-    rank = q * total
-    lower_bound, lower_count = 0.0, 0.0
-    for index, (upper_bound, cumulative) in enumerate(ordered):
-        if cumulative >= rank and cumulative > lower_count:
-            if math.isinf(upper_bound):
-                return ordered[index - 1][0] if index > 0 else None
-            if index == 0 and upper_bound <= 0:
-                return upper_bound
-            fraction = (rank - lower_count) / (cumulative - lower_count)
-            return lower_bound + (upper_bound - lower_bound) * fraction
-        lower_bound, lower_count = upper_bound, cumulative
-    return ordered[-1][0]
-
-
-@dataclass(frozen=True)
-class VllmSnapshot:
-    """One read of a replica's ``/metrics``.
-
-    Gauges and counters are summed over engines (data-parallel ranks); KV-cache usage is
-    the fullest engine's, because one full engine already queues and preempts.
-    """
-
-    running: float
-    waiting: float
-    kv_cache_usage: float
-    preemptions_total: float
-    prompt_tokens_total: float
-    generation_tokens_total: float
-    ttft: Histogram
-    itl: Histogram
-    e2e: Histogram
-    kv_capacity_tokens: int | None
-
-
-def _family_of(line: str) -> str:
-    """The metric family a line of text exposition belongs to ("" for other comments)."""
-    if line.startswith("#"):
-        parts = line.split(" ", 3)  # "# HELP name ..." / "# TYPE name type"
-        if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
-            return ""
-        name = parts[2]  # a counter's may end in _total, as its samples do
-    else:
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-    if name in READ_FAMILIES:
-        return name
-    for suffix in _SAMPLE_SUFFIXES:
-        if name.endswith(suffix) and name[: -len(suffix)] in READ_FAMILIES:
-            return name[: -len(suffix)]
-    return name
-
-
-def read_families_only(text: str) -> str:
-    """The lines of ``text`` that belong to :data:`READ_FAMILIES`, still valid exposition.
-
-    Only whole lines are dropped; the families kept are parsed by prometheus_client as before.
-    """
-    return "".join(line + "\n" for line in text.splitlines() if _family_of(line) in READ_FAMILIES)
-
-
-def _samples_by_name(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]]:
-    by_name: dict[str, list[tuple[Mapping[str, str], float]]] = {}
-    # When nothing is left (an error page, another exporter), the whole text is parsed so the
-    # error says what it is: not exposition at all, or exposition without vLLM's families.
-    for family in text_string_to_metric_families(read_families_only(text) or text):
-        for sample in family.samples:
-            by_name.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return by_name
-
-
-def _required(by_name: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> list[float]:
-    if name not in by_name:
-        raise ProbeError(f"/metrics has no {name}: not a vLLM v1 replica?")
-    return [value for _, value in by_name[name]]
-
-
-def _histogram(by_name: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> Histogram:
-    totals: dict[float, float] = {}
-    for labels, value in by_name.get(f"{name}_bucket", []):
-        le = float(labels["le"])
-        totals[le] = totals.get(le, 0.0) + value
-    if not totals:
-        raise ProbeError(f"/metrics has no {name}_bucket: not a vLLM v1 replica?")
-    return Histogram(tuple(sorted(totals.items())))
-
-
-def _kv_capacity_tokens(entries: Iterable[tuple[Mapping[str, str], float]]) -> int | None:
-    # The config labels are strings such as "4096" or "None"; the explicit token size wins,
-    # blocks * block size is what older versions let us work out.
-    for labels, _ in entries:
-        size = labels.get("kv_cache_size_tokens", "")
-        if size.isdigit():
-            return int(size)
-        blocks, block_size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
-        if blocks.isdigit() and block_size.isdigit():
-            return int(blocks) * int(block_size)
-    return None
-
-
-def parse_metrics(text: str) -> VllmSnapshot:
-    """Parse a replica's ``/metrics`` text; ProbeError when it is not vLLM v1 exposition."""
-    try:
-        by_name = _samples_by_name(text)
-    except ValueError as e:
-        raise ProbeError(f"/metrics is not Prometheus text exposition: {e}") from e
-    return VllmSnapshot(
-        running=sum(_required(by_name, RUNNING)),
-        waiting=sum(_required(by_name, WAITING)),
-        kv_cache_usage=max(_required(by_name, KV_USAGE)),
-        preemptions_total=sum(_required(by_name, PREEMPTIONS)),
-        prompt_tokens_total=sum(_required(by_name, PROMPT_TOKENS)),
-        generation_tokens_total=sum(_required(by_name, GENERATION_TOKENS)),
-        ttft=_histogram(by_name, TTFT),
-        itl=_histogram(by_name, ITL),
-        e2e=_histogram(by_name, E2E),
-        kv_capacity_tokens=_kv_capacity_tokens(by_name.get(CACHE_CONFIG, [])),
-    )
-
-
 # (probe name, histogram attribute, quantile) emitted per window.
 WINDOW_QUANTILES: tuple[tuple[str, str, float], ...] = (
     ("vllm.ttft_p50_s", "ttft", 0.50),

@@ -15,27 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from inferchaos.environments.base import (
-    EnvStatus,
-    FrontDoorStatus,
-    ModelStatus,
-    NodeStatus,
-    RayStatus,
-    ReplicaStatus,
-    VllmStatus,
-)
 from inferchaos.environments.local.config import LocalEnvConfig
-from inferchaos.environments.local.memory_budget import remove_budgets
 from inferchaos.environments.local.model import ensure_model
-from inferchaos.environments.local.processes import (
-    ENV_MARKER,
-    descendants,
-    end_processes,
-    pid_alive,
-    port_is_free,
-    processes_with_marker,
-    wait_for_port,
-)
 from inferchaos.environments.local.ray_cluster import (
     NODE_IP,
     NODE_RESOURCE_PREFIX,
@@ -46,10 +27,30 @@ from inferchaos.environments.local.ray_cluster import (
     wait_for_head,
     worker_spec,
 )
-from inferchaos.environments.local.replica_slots import ReplicaRecord, read_records
-from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, RayNodeRecord, write_token
+from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, write_token
 from inferchaos.errors import EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
+from inferchaos.primitives.env_status import (
+    EnvStatus,
+    FrontDoorStatus,
+    ModelStatus,
+    NodeStatus,
+    RayStatus,
+    ReplicaStatus,
+    VllmStatus,
+)
+from inferchaos.primitives.memory_budget import remove_budgets
+from inferchaos.primitives.processes import (
+    ENV_MARKER,
+    descendants,
+    end_processes,
+    pid_alive,
+    port_is_free,
+    processes_with_marker,
+    wait_for_port,
+)
+from inferchaos.primitives.ray_nodes import RayNodeRecord
+from inferchaos.primitives.replica_slots import ReplicaRecord, read_records, replica_healthy
 
 logger = logging.getLogger(__name__)
 
@@ -160,14 +161,6 @@ def _disconnect_driver(state: LocalEnvState) -> None:
 
     if ray.is_initialized() and _driver_env_id == state.env_id:
         ray.shutdown()
-
-
-def replica_healthy(record: ReplicaRecord, timeout_s: float = 2.0) -> bool:
-    """True when the replica's own vLLM answers /health with 200."""
-    try:
-        return httpx.get(f"{record.url}/health", timeout=timeout_s).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 class LocalEnvironment:

@@ -15,14 +15,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferchaos.environments.local.processes import (
+from inferchaos.environments.local.state import LocalEnvState
+from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives.processes import (
     ENV_MARKER,
     port_is_free,
     spawn_process_group,
     wait_for_port,
 )
-from inferchaos.environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
-from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives.ray_nodes import NodePorts, RayNodeRecord
 
 logger = logging.getLogger(__name__)
 

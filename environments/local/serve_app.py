@@ -25,16 +25,16 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from inferchaos.environments.local.memory_budget import (
+from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives.memory_budget import (
     MemoryBudget,
     budget_name,
     budgets_available,
     join_command,
     open_budget,
 )
-from inferchaos.environments.local.processes import ENV_MARKER, port_is_free, spawn_process_group
-from inferchaos.environments.local.replica_slots import ReplicaRecord, claim_slot, read_records
-from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives.processes import ENV_MARKER, port_is_free, spawn_process_group
+from inferchaos.primitives.replica_slots import ReplicaRecord, claim_slot, read_records
 
 logger = logging.getLogger(__name__)
 

@@ -6,52 +6,16 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.model import TinyModelSpec
 from inferchaos.errors import EnvironmentNotUp
 from inferchaos.paths import local_env_dir
+from inferchaos.primitives.ray_nodes import RayNodeRecord
 
 STATE_FILE = "state.json"
 TOKEN_FILE = "ray_auth_token"
 REPLICAS_DIR = "replicas"
-
-
-@dataclass
-class NodePorts:
-    """Every port one Ray node listens on, chosen up front so nodes on one host never collide."""
-
-    node_manager: int
-    object_manager: int
-    metrics_export: int
-    dashboard_agent_listen: int
-    dashboard_agent_grpc: int
-    runtime_env_agent: int
-    min_worker: int
-    max_worker: int
-    gcs: int = 0
-    dashboard: int = 0
-    ray_client_server: int = 0
-
-
-@dataclass
-class RayNodeRecord:
-    """One `ray start --block` process: the leader of the node's own process group."""
-
-    name: str
-    pid: int
-    is_head: bool
-    num_cpus: int
-    num_gpus: int
-    ports: NodePorts
-    log_path: str
-    # Set when a fault killed the node: its processes are gone and it must not be targeted again.
-    lost: bool = False
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RayNodeRecord:
-        return cls(**{**data, "ports": NodePorts(**data["ports"])})
 
 
 @dataclass
@@ -78,6 +42,11 @@ class LocalEnvState:
     @property
     def replicas_dir(self) -> Path:
         return Path(self.state_dir) / REPLICAS_DIR
+
+    @property
+    def replica_slots(self) -> range:
+        """One replica slot (and memory budget) per worker node."""
+        return range(self.config.workers)
 
     @property
     def logs_dir(self) -> Path:

@@ -20,9 +20,9 @@ from typing import Any
 
 import psutil
 
-from inferchaos.environments.local.memory_budget import MemoryBudget, join_command
-from inferchaos.environments.local.processes import ENV_MARKER, pid_alive, spawn_process_group
 from inferchaos.errors import FaultError
+from inferchaos.primitives.memory_budget import MemoryBudget, join_command
+from inferchaos.primitives.processes import ENV_MARKER, pid_alive, spawn_process_group
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferchaos.errors import FaultError
-from inferchaos.steady_state.device import DeviceMemory, NvmlUnavailable, load_nvml
+from inferchaos.primitives.nvml import DeviceMemory, NvmlUnavailable, load_nvml
 
 logger = logging.getLogger(__name__)
 

@@ -17,11 +17,10 @@ from typing import Any
 
 import psutil
 
-from inferchaos.environments.local.memory_budget import MemoryBudget
-from inferchaos.environments.local.processes import ENV_MARKER, kill_tree_now, pid_alive
-from inferchaos.environments.local.replica_slots import ReplicaRecord
 from inferchaos.errors import FaultError, ProbeError
-from inferchaos.steady_state.device import read_memory_stat
+from inferchaos.primitives.memory_budget import MemoryBudget, read_memory_stat
+from inferchaos.primitives.processes import ENV_MARKER, kill_tree_now, pid_alive
+from inferchaos.primitives.replica_slots import ReplicaRecord
 
 logger = logging.getLogger(__name__)
 

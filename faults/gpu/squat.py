@@ -24,14 +24,6 @@ from typing import Any
 
 import psutil
 
-from inferchaos.environments.local.env import replica_healthy
-from inferchaos.environments.local.memory_budget import (
-    MemoryBudget,
-    budget_name,
-    budgets_available,
-    find_budget,
-)
-from inferchaos.environments.local.replica_slots import ReplicaRecord, read_records
 from inferchaos.errors import ConfigError, EnvironmentNotUp, FaultError, InferchaosError, ProbeError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.gpu.cuda import cuda_available
@@ -59,7 +51,14 @@ from inferchaos.faults.ray.common import require_local
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
-from inferchaos.steady_state.device import budget_memory
+from inferchaos.primitives.memory_budget import (
+    MemoryBudget,
+    budget_memory,
+    budget_name,
+    budgets_available,
+    find_budget,
+)
+from inferchaos.primitives.replica_slots import ReplicaRecord, read_records, replica_healthy
 
 logger = logging.getLogger(__name__)
 

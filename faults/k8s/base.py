@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from inferchaos.faults.k8s.client import K8sTarget, env_name, target_of
-from inferchaos.faults.k8s.params import parse_params
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
+from inferchaos.params import parse_params
+from inferchaos.primitives.kube.client import K8sTarget, env_name, target_of
 
 logger = logging.getLogger(__name__)
 

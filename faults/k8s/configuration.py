@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.k8s.allowlist import K8sAllowList
-from inferchaos.faults.k8s.client import K8sTarget, connect_kubeconfig, connect_url
 from inferchaos.faults.ledger import Ledger
+from inferchaos.primitives.kube.allowlist import K8sAllowList
+from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
 
 
 @dataclass

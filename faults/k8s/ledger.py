@@ -45,12 +45,12 @@ from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle
-from inferchaos.faults.k8s.api import api_errors, read_if_exists, read_raw
 from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
-from inferchaos.faults.k8s.client import K8sTarget
-from inferchaos.faults.k8s.errors import K8sError
 from inferchaos.faults.registry import register
-from inferchaos.steady_state.k8s import PendingPodReasons, ReasonKind, pending_pod_reasons
+from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
+from inferchaos.primitives.kube.client import K8sTarget
+from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.scheduling import PendingPodReasons, ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)
 

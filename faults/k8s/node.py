@@ -23,11 +23,8 @@ from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle
-from inferchaos.faults.k8s.api import api_errors, read_if_exists, read_raw
 from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
-from inferchaos.faults.k8s.client import K8sTarget
 from inferchaos.faults.k8s.container_runtime import ContainerRuntime, resolve_runtime
-from inferchaos.faults.k8s.errors import K8sError
 from inferchaos.faults.k8s.nodes import (
     DAEMONSET_KIND,
     is_mirror_pod,
@@ -38,7 +35,10 @@ from inferchaos.faults.k8s.nodes import (
     set_unschedulable,
 )
 from inferchaos.faults.registry import register
-from inferchaos.steady_state.k8s import ReasonKind, pending_pod_reasons
+from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
+from inferchaos.primitives.kube.client import K8sTarget
+from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.scheduling import ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api, V1Node
 
-from inferchaos.faults.k8s.api import api_errors
+from inferchaos.primitives.kube.api import api_errors
 
 DAEMONSET_KIND = "DaemonSet"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

@@ -17,10 +17,10 @@ from kubernetes.client import V1DeleteOptions, V1Preconditions
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle
-from inferchaos.faults.k8s.api import api_errors, read_if_exists
 from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
-from inferchaos.faults.k8s.client import K8sTarget
 from inferchaos.faults.registry import register
+from inferchaos.primitives.kube.api import api_errors, read_if_exists
+from inferchaos.primitives.kube.client import K8sTarget
 
 logger = logging.getLogger(__name__)
 

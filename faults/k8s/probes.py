@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from inferchaos.faults.k8s.api import api_errors
 from inferchaos.faults.k8s.configuration import env_from_configuration, ledger_from_configuration
 from inferchaos.faults.registry import get_fault
+from inferchaos.primitives.kube.api import api_errors
 
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from inferchaos.environments.base import NodeStatus
-from inferchaos.environments.local.replica_slots import ReplicaRecord
-from inferchaos.environments.local.state import LocalEnvState, RayNodeRecord
 from inferchaos.errors import ConfigError, FaultError
+from inferchaos.primitives.capabilities import RecordedLocalState
+from inferchaos.primitives.env_status import NodeStatus
+from inferchaos.primitives.ray_nodes import RayNodeRecord
+from inferchaos.primitives.replica_slots import ReplicaRecord
 
 
 class RayEnvironment(Protocol):
@@ -15,7 +16,7 @@ class RayEnvironment(Protocol):
 
     name: str
 
-    def load_state(self) -> LocalEnvState: ...
+    def load_state(self) -> RecordedLocalState: ...
     def connect_ray(self) -> None: ...
     def ray_nodes(self) -> list[NodeStatus]: ...
     def replica_records(self) -> list[ReplicaRecord]: ...

@@ -14,8 +14,6 @@ from typing import Any
 
 import httpx
 
-from inferchaos.environments.local.processes import kill_tree_now
-from inferchaos.environments.local.state import RayNodeRecord
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
@@ -23,6 +21,8 @@ from inferchaos.faults.params import param, reject_unknown, wait_until
 from inferchaos.faults.ray.common import RayEnvironment, require_local
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives.processes import kill_tree_now
+from inferchaos.primitives.ray_nodes import RayNodeRecord
 
 logger = logging.getLogger(__name__)
 

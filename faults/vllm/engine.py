@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import psutil
 
-from inferchaos.environments.local.replica_slots import ReplicaRecord
 from inferchaos.errors import ConfigError, FaultError
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
@@ -22,6 +21,7 @@ from inferchaos.faults.params import param, reject_unknown, wait_until
 from inferchaos.faults.ray.common import require_local
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives.replica_slots import ReplicaRecord
 
 logger = logging.getLogger(__name__)
 

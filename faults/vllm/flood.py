@@ -27,8 +27,8 @@ from inferchaos.faults.params import param, reject_unknown
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
 from inferchaos.layers import Layer
-from inferchaos.steady_state.openai_stream import stream_completion
-from inferchaos.steady_state.vllm import parse_metrics
+from inferchaos.primitives.openai_stream import stream_completion
+from inferchaos.primitives.vllm_metrics import parse_metrics
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import pytest
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
-from inferchaos.environments.local.processes import free_port
+from inferchaos.primitives.processes import free_port
 
 TEST_REPLICA_BASE_PORT = 8300
 

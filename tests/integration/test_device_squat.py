@@ -17,14 +17,14 @@ from typing import TypeVar
 import pytest
 
 from inferchaos.environments.local.config import LocalEnvConfig
-from inferchaos.environments.local.env import LocalEnvironment, replica_healthy
-from inferchaos.environments.local.memory_budget import budget_name, budgets_available, find_budget
-from inferchaos.environments.local.processes import pid_alive
-from inferchaos.environments.local.replica_slots import ReplicaRecord
+from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.gpu.launch import find_squatters
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger
-from inferchaos.steady_state.openai_stream import StreamResult, stream_completion
+from inferchaos.primitives.memory_budget import budget_name, budgets_available, find_budget
+from inferchaos.primitives.openai_stream import StreamResult, stream_completion
+from inferchaos.primitives.processes import pid_alive
+from inferchaos.primitives.replica_slots import ReplicaRecord, replica_healthy
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
-from inferchaos.environments.local.processes import processes_with_marker
 from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives.processes import processes_with_marker
 
 pytestmark = [pytest.mark.integration, pytest.mark.env_teardown]
 

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
-from inferchaos.steady_state.openai_stream import stream_completion
+from inferchaos.primitives.openai_stream import stream_completion
 
 pytestmark = pytest.mark.integration
 

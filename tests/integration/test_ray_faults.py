@@ -15,7 +15,7 @@ from inferchaos.faults.params import wait_until
 from inferchaos.faults.ray.actors import LEAK_NAMESPACE, LeakActors
 from inferchaos.faults.ray.node import KillNode
 from inferchaos.faults.ray.placement import StallPlacementGroup
-from inferchaos.steady_state.openai_stream import stream_completion
+from inferchaos.primitives.openai_stream import stream_completion
 
 pytestmark = pytest.mark.integration
 

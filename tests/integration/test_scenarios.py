@@ -41,7 +41,7 @@ def _verdict(out: Path, name: str) -> dict:
 def test_scenario_passes_on_a_healthy_environment(
     scenario: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
 ) -> None:
-    from inferchaos.environments.local.memory_budget import budgets_available
+    from inferchaos.primitives.memory_budget import budgets_available
 
     if scenario == "gpu_memory_squat" and not budgets_available()[0]:
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")

@@ -14,8 +14,8 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.params import wait_until
 from inferchaos.faults.vllm.engine import KillEngine
 from inferchaos.faults.vllm.flood import FloodKvCache
-from inferchaos.steady_state.openai_stream import stream_completion
-from inferchaos.steady_state.vllm import parse_metrics
+from inferchaos.primitives.openai_stream import stream_completion
+from inferchaos.primitives.vllm_metrics import parse_metrics
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ SMALL = TinyModelSpec(layers=1, max_model_len=256)
 def _fingerprint_in_subprocess(cache: Path) -> str:
     # A fresh interpreter: Rust's hash seeds (tokenizers) and torch's RNG start anew.
     code = (
-        "from pathlib import Path; from environments.local.model import *; "
+        "from pathlib import Path; from inferchaos.environments.local.model import *; "
         f"print(model_fingerprint(ensure_model(TinyModelSpec(layers=1, max_model_len=256), Path({str(cache)!r}))))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from inferchaos.environments.local.processes import (
+from inferchaos.primitives.processes import (
     ENV_MARKER,
     end_processes,
     kill_tree_now,

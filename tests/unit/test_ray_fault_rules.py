@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inferchaos.environments.base import NodeStatus
 from inferchaos.environments.local.config import LocalEnvConfig
-from inferchaos.environments.local.replica_slots import ReplicaRecord
-from inferchaos.environments.local.state import LocalEnvState, NodePorts, RayNodeRecord
+from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
@@ -18,6 +16,9 @@ from inferchaos.faults.ray.actors import LeakActors
 from inferchaos.faults.ray.node import KillNode
 from inferchaos.faults.ray.placement import StallPlacementGroup
 from inferchaos.layers import Layer
+from inferchaos.primitives.env_status import NodeStatus
+from inferchaos.primitives.ray_nodes import NodePorts, RayNodeRecord
+from inferchaos.primitives.replica_slots import ReplicaRecord
 
 PORTS = NodePorts(0, 0, 0, 0, 0, 0, 0, 0)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from inferchaos.environments.local.memory_budget import MemoryBudget
-from inferchaos.environments.local.replica_slots import ReplicaRecord, read_records
 from inferchaos.environments.local.state import LocalEnvState
+from inferchaos.primitives.memory_budget import MemoryBudget
+from inferchaos.primitives.replica_slots import ReplicaRecord, read_records
 
 GIB = 1024**3
 

@@ -13,8 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from inferchaos.environments.local.memory_budget import MemoryBudget, budgets_available, open_budget
-from inferchaos.environments.local.processes import kill_tree_now, pid_alive
 from inferchaos.errors import FaultError
 from inferchaos.faults.gpu.launch import (
     SquatterSpec,
@@ -24,7 +22,8 @@ from inferchaos.faults.gpu.launch import (
     wait_ready,
 )
 from inferchaos.faults.gpu.restart import budget_rss_bytes, wait_budget_released
-from inferchaos.steady_state.device import budget_memory
+from inferchaos.primitives.memory_budget import MemoryBudget, budget_memory, budgets_available, open_budget
+from inferchaos.primitives.processes import kill_tree_now, pid_alive
 
 MIB = 1024 * 1024
 

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml, write_budget
 
-from inferchaos.environments.local import memory_budget
 from inferchaos.faults.gpu.nvml import Nvml, NvmlError, nvml_available
-from inferchaos.steady_state import device
+from inferchaos.primitives import memory_budget, nvml
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.device import DeviceProbe, device_probe_for
 
@@ -20,7 +19,7 @@ def _by_name(samples: list[Sample]) -> dict[tuple[str, str], float]:
 
 @pytest.fixture
 def no_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(device, "NVML_MODULE", "pynvml_is_not_installed_here")
+    monkeypatch.setattr(nvml, "NVML_MODULE", "pynvml_is_not_installed_here")
 
 
 async def test_gpus_are_read_through_nvml_per_device() -> None:

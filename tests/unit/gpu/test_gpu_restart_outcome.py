@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from gpu_fakes import FakeLocalEnv, replica_record
 
-from inferchaos.environments.local.replica_slots import ReplicaRecord
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.gpu import squat
 from inferchaos.faults.gpu.restart import (
@@ -27,6 +26,7 @@ from inferchaos.faults.gpu.restart import (
 )
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.layers import Layer
+from inferchaos.primitives.replica_slots import ReplicaRecord
 
 OOM = (
     "was killed by SIGKILL (exit 137); the OOM killer acted in its memory budget inferchaos-abc123-replica-1"

@@ -9,11 +9,11 @@ import psutil
 import pytest
 from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml, replica_record, write_budget
 
-from inferchaos.environments.local.memory_budget import MemoryBudget
 from inferchaos.errors import ConfigError
 from inferchaos.faults.gpu import devices, squat
 from inferchaos.faults.gpu.nvml import Nvml
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.primitives.memory_budget import MemoryBudget
 
 BUDGET_LIMIT = 2560 * 1024 * 1024
 NO_DRIVER = "no CUDA driver (libcuda.so.1) on this machine: libcuda.so.1: cannot open shared object file"

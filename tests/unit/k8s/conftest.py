@@ -18,9 +18,9 @@ from k8s_doubles import RUNTIME_SCRIPT, FakeRuntime, KindEnv
 from k8s_objects import GPU_POOL, NS, WORKERS, kind_cluster
 from kubernetes.client import ApiClient, Configuration
 
-from inferchaos.faults.k8s.allowlist import K8sAllowList
-from inferchaos.faults.k8s.client import K8sTarget
 from inferchaos.faults.ledger import Ledger
+from inferchaos.primitives.kube.allowlist import K8sAllowList
+from inferchaos.primitives.kube.client import K8sTarget
 
 CONTEXT = "kind-inferchaos"
 

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferchaos.faults.k8s.client import K8sTarget
+from inferchaos.primitives.kube.client import K8sTarget
 
 
 @dataclass

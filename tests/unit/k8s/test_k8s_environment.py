@@ -14,7 +14,7 @@ from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.experiments.cli import main
-from inferchaos.experiments.probes import build_probes
+from inferchaos.experiments.probes import build_probes, k8s_probe_of
 
 TOKEN = "ray-token-for-the-fake-cluster"
 
@@ -49,7 +49,7 @@ def test_the_driver_reads_every_layer_from_the_kube_api(config_path: Path, seede
         f"http://127.0.0.1:{p}" for p in (8301, 8302, 8303)
     ]
     readings = {
-        s.probe: s.value for s in env.k8s_probe().read_now() if not s.labels or "deployment" in s.labels
+        s.probe: s.value for s in k8s_probe_of(env).read_now() if not s.labels or "deployment" in s.labels
     }
     assert readings["k8s.nodes_ready"] == 3 and readings["k8s.deployment_ready_replicas"] == 3
     # Nothing answers at the replicas' URLs here: listed, not healthy.
@@ -73,7 +73,13 @@ def test_the_probe_set_adds_kubernetes_and_leaves_out_this_hosts_devices(config_
 
 
 def _status():  # noqa: ANN202 - the smallest EnvStatus the probe builder reads
-    from inferchaos.environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
+    from inferchaos.primitives.env_status import (
+        EnvStatus,
+        FrontDoorStatus,
+        ModelStatus,
+        RayStatus,
+        VllmStatus,
+    )
 
     return EnvStatus("cluster", True, RayStatus("127.0.0.1:6379", "http://127.0.0.1:1"), VllmStatus(),
                      FrontDoorStatus("http://127.0.0.1:1", True), ModelStatus("tiny-llama", 2048))  # fmt: skip

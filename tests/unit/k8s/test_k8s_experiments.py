@@ -18,11 +18,12 @@ import pytest
 from fake_apiserver import FakeApiServer, FakeCluster
 from k8s_scenario import control_plane, k8s_env_config, k8s_state, make_runtime, seed_kind_environment
 
-from inferchaos.environments.base import EnvStatus
 from inferchaos.environments.k8s_env import K8sEnvironment
+from inferchaos.experiments.probes import k8s_probe_of
 from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.spec import load_and_validate
 from inferchaos.faults.ledger import Ledger
+from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Probe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
@@ -84,7 +85,7 @@ def test_experiment_passes_names_k8s_and_restores_the_cluster(
 
     def probes(environment: Any, rate: float) -> tuple[list[Probe], Any]:
         built, canary = fakes(environment, rate)
-        return [*built, environment.k8s_probe()], canary
+        return [*built, k8s_probe_of(environment)], canary
 
     verdict = (
         Runner(spec, env, RunOptions(interval_s=0.25, run_dir=tmp_path / "run"), None, probes).run().to_dict()

@@ -14,9 +14,9 @@ from k8s_objects import CONTROL_PLANE, FAULT_PARAMS, NS, WORKERS, node
 
 import inferchaos.faults.k8s  # noqa: F401  (registers the faults)
 from inferchaos.errors import ConfigError, FaultError
-from inferchaos.faults.k8s.allowlist import K8sAllowList
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import fault_names, get_fault
+from inferchaos.primitives.kube.allowlist import K8sAllowList
 
 ALL_FAULTS = sorted(FAULT_PARAMS)
 

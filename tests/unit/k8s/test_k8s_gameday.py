@@ -22,6 +22,7 @@ from k8s_scenario import k8s_env_config, k8s_state
 from test_k8s_experiments import EXPERIMENTS, ClusterWithFakeRay
 
 from inferchaos.experiments.cli import main
+from inferchaos.experiments.probes import k8s_probe_of
 from inferchaos.experiments.suites import SUITES
 from inferchaos.faults.ledger import Ledger
 from inferchaos.steady_state.base import Probe
@@ -53,7 +54,7 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def probes(environment: Any, rate: float = 2.0) -> tuple[list[Probe], Any]:
         built, canary = fakes(environment, rate)
-        return [*built, environment.k8s_probe()], canary
+        return [*built, k8s_probe_of(environment)], canary
 
     monkeypatch.setattr("inferchaos.experiments.cli.K8sEnvironment", ClusterWithFakeRay)
     monkeypatch.setattr("inferchaos.experiments.cli.build_probes", probes)

@@ -11,9 +11,9 @@ from k8s_objects import NS, WORKERS, node
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s import node as node_module
-from inferchaos.faults.k8s.errors import K8sError
 from inferchaos.faults.k8s.node import CordonNode, DeleteNode, DrainNode, StopNodeContainer
 from inferchaos.faults.ledger import Ledger
+from inferchaos.primitives.kube.errors import K8sError
 
 WORKER = WORKERS[0]
 

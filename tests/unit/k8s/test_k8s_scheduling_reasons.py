@@ -7,7 +7,7 @@ from fake_apiserver import FakeCluster
 from k8s_objects import NS, failed_scheduling, pending_pod, pod
 from kubernetes.client import ApiClient
 
-from inferchaos.steady_state.k8s import (
+from inferchaos.primitives.kube.scheduling import (
     PendingPodReasons,
     ReasonKind,
     parse_failed_scheduling,

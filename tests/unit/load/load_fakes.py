@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from inferchaos.environments.local.processes import free_port
+from inferchaos.primitives.processes import free_port
 
 FAKE_MODEL = "fake-tiny-llama"
 

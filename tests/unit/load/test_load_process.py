@@ -15,7 +15,6 @@ import psutil
 import pytest
 from load_fakes import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 
-from inferchaos.environments.local.processes import spawn_process_group
 from inferchaos.errors import ConfigError
 from inferchaos.experiments.load import (
     LoadedCanary,
@@ -27,6 +26,7 @@ from inferchaos.experiments.load import (
     stop_process_group,
 )
 from inferchaos.layers import Layer
+from inferchaos.primitives.processes import spawn_process_group
 from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.sampler import Sampler
 from inferchaos.steady_state.timeline import Timeline

@@ -19,10 +19,10 @@ import pytest
 from load_fakes import FakeBehaviour, FakeOpenAIServer
 from runner_fakes import FakeEnv, FakeFault, FakeProbeFactory, World, make_spec
 
-from inferchaos.environments.base import EnvStatus
 from inferchaos.experiments.load import LoadedCanary, LoadOptions, load_probe_factory
 from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.verdict import Status, Verdict
+from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 

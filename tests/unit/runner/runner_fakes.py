@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from inferchaos.environments.base import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
 from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.spec import ExperimentSpec, FaultStep
 from inferchaos.experiments.verdict import Verdict
@@ -25,6 +24,7 @@ from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives.env_status import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
 from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.slo import ensure_slos_are_valid
 

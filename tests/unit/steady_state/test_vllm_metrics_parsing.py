@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferchaos.errors import ProbeError
-from inferchaos.steady_state.vllm import (
+from inferchaos.primitives.vllm_metrics import (
     READ_FAMILIES,
     Histogram,
     histogram_quantile,

@@ -1,4 +1,4 @@
-"""Turn a fault's ``params`` dict into its typed parameter dataclass, refusing bad input early."""
+"""The one parser of user input: a mapping (fault parameters, experiment arguments, config files) into its typed dataclass, refusing bad input early."""
 
 from __future__ import annotations
 

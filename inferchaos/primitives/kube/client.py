@@ -18,7 +18,7 @@ from kubernetes.config import new_client_from_config
 from kubernetes.config.config_exception import ConfigException
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.k8s.allowlist import K8sAllowList
+from inferchaos.primitives.kube.allowlist import K8sAllowList
 
 
 @dataclass

@@ -14,6 +14,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
+
 from inferchaos.errors import EnvironmentStartError
 
 
@@ -67,3 +69,11 @@ def read_records(replicas_dir: Path) -> list[ReplicaRecord]:
         except (OSError, json.JSONDecodeError, TypeError):
             continue  # being rewritten this instant; the next read sees it whole
     return sorted(records, key=lambda r: r.slot)
+
+
+def replica_healthy(record: ReplicaRecord, timeout_s: float = 2.0) -> bool:
+    """True when the replica's own vLLM answers /health with 200."""
+    try:
+        return httpx.get(f"{record.url}/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False

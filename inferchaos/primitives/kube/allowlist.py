@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.k8s.api import api_errors
+from inferchaos.primitives.kube.api import api_errors
 
 
 @dataclass(frozen=True)

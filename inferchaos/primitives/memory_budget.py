@@ -15,7 +15,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferchaos.errors import InferchaosError
+from inferchaos.errors import InferchaosError, ProbeError
+from inferchaos.primitives.nvml import DeviceMemory
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +118,28 @@ def remove_budgets(env_id: str) -> list[str]:
         except OSError as e:
             logger.warning("could not remove memory budget %s: %s", path, e)
     return removed
+
+
+def read_memory_stat(budget: MemoryBudget) -> dict[str, int]:
+    """The budget's memory.stat as numbers."""
+    try:
+        text = (budget.path / "memory.stat").read_text()
+    except OSError as e:
+        raise ProbeError(f"could not read {budget.path / 'memory.stat'}: {e}") from e
+    stats = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            stats[key] = int(value)
+    return stats
+
+
+def budget_memory(budget: MemoryBudget, device: str) -> DeviceMemory:
+    """A replica budget read as a device: its limit is the total, its working set the used bytes."""
+    try:
+        usage = budget.usage_bytes()
+    except OSError as e:
+        raise ProbeError(f"could not read the usage of memory budget {budget.name}: {e}") from e
+    stats = read_memory_stat(budget)
+    used = max(0, usage - stats.get("total_inactive_file", stats.get("inactive_file", 0)))
+    return DeviceMemory(device, budget.limit_bytes, used, max(0, budget.limit_bytes - used))

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from inferchaos.faults.k8s.errors import K8sError
+from inferchaos.primitives.kube.errors import K8sError
 
 logger = logging.getLogger(__name__)
 
