@@ -7,6 +7,8 @@ never as top-level packages that would shadow a user's own `experiments/`.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,6 +21,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    # Built from a copy of the tracked files: setuptools keeps a build/ folder in the source tree,
+    # and a stale one would carry modules the repository no longer has.
+    source = tmp_path_factory.mktemp("source")
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], check=True, capture_output=True
+    ).stdout
+    for name in tracked.decode().split("\0"):
+        if not name:
+            continue
+        src, dst = REPO / name, source / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        elif src.is_file():
+            shutil.copy2(src, dst)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
