@@ -50,6 +50,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
             str(out),
             str(REPO),
         ],
+        cwd=source,
         check=True,
         capture_output=True,
         timeout=300,
