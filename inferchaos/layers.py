@@ -1,4 +1,4 @@
-"""The layers inferchaos reasons about, micro first (the triage order of design.md)."""
+"""The layers inferchaos reasons about, micro first (the triage order of the README's layer table)."""
 
 from __future__ import annotations
 
