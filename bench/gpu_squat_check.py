@@ -28,7 +28,7 @@ from inferchaos.faults.gpu.launch import (
     start_squatter,
     wait_ready,
 )
-from inferchaos.faults.gpu.nvml import GpuObservation, Nvml, NvmlError
+from inferchaos.primitives.nvml import GpuObservation, Nvml, NvmlError
 
 DEVICE = 0
 FRACTION = 0.25
@@ -107,7 +107,7 @@ def main() -> int:
             return 0
         with tempfile.TemporaryDirectory(prefix="gpu-squat-check-") as folder:
             return 0 if check(nvml, Path(folder)) else 1
-    except FaultError as e:
+    except (FaultError, NvmlError) as e:
         print(f"GPU squat check failed: {e}")
         return 1
     finally:

@@ -8,7 +8,8 @@ One YAML file says where every layer is and what may be touched (see
     ray: {address, dashboard_url, auth_token_secret? | auth_token_file?}
     vllm: {service_url, model, label_selector, replica_url?, port_name?, max_model_len?}
     prometheus: {url}                  # optional; recorded, not read yet
-    allow: {contexts, namespaces, node_selector?, max_targets?}   # required, no default
+    allow: {contexts, namespaces, node_selector?, ray_addresses?, devices?, max_targets?}  # required;
+                                       # keys: primitives/kube/allowlist.py
     container_runtime: none            # docker/podman on kind: its nodes are containers
 
 Every problem is one ConfigError line naming the file and the key.
@@ -16,106 +17,122 @@ Every problem is one ConfigError line naming the file and the key.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inferchaos.config_files import read_config_mapping
 from inferchaos.errors import ConfigError
-from inferchaos.primitives.kube.allowlist import K8sAllowList
+from inferchaos.layers import K8S_ENVS, EnvName
+from inferchaos.params import InvalidValue, parse_params
+from inferchaos.primitives.kube.allowlist import AllowList, with_current_keys
 
-K8S_ENVS = ("kind", "cluster")
 # Per-replica URL, filled from each vLLM Pod: pod_ip, host_ip, port (the named container port), name.
 DEFAULT_REPLICA_URL = "http://{pod_ip}:{port}"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _require_text(**values: str) -> None:
+    for key, value in values.items():
+        if not value:
+            raise InvalidValue(key, "must not be empty")
 
 
-class KubeSettings(_Strict):
+@dataclass(frozen=True)
+class KubeSettings:
     """How to reach the kube API, and the namespace the workloads run in."""
 
-    context: str = Field(min_length=1)
-    namespace: str = Field(min_length=1)
+    context: str
+    namespace: str
     kubeconfig: str | None = None
     # Talk to this URL instead of reading a kubeconfig (a bearer token from token_file).
     api_url: str | None = None
     token_file: str | None = None
     ca_file: str | None = None
 
+    def __post_init__(self) -> None:
+        _require_text(context=self.context, namespace=self.namespace)
 
-class RaySettings(_Strict):
+
+@dataclass(frozen=True)
+class RaySettings:
     """The Ray cluster (KubeRay's head Service, or any reachable address) and its auth token."""
 
-    address: str = Field(min_length=1)
-    dashboard_url: str = Field(min_length=1)
+    address: str
+    dashboard_url: str
     # Ray 2.60 turns token authentication on; the token lives in a Secret (key "token") or a file.
     auth_token_secret: str | None = None
     auth_token_file: str | None = None
 
-    @model_validator(mode="after")
-    def _one_token_source(self) -> RaySettings:
+    def __post_init__(self) -> None:
+        _require_text(address=self.address, dashboard_url=self.dashboard_url)
         if (self.auth_token_secret is None) == (self.auth_token_file is None):
-            raise ValueError(
-                "needs exactly one of auth_token_secret and auth_token_file (Ray 2.60 uses token auth)"
+            raise InvalidValue(
+                "auth_token_secret",
+                "needs exactly one of auth_token_secret and auth_token_file (Ray 2.60 uses token auth)",
             )
-        return self
 
 
-class VllmSettings(_Strict):
+@dataclass(frozen=True)
+class VllmSettings:
     """The front door (a Service) and how to find each replica's own URL from its Pod."""
 
-    service_url: str = Field(min_length=1)
-    model: str = Field(min_length=1)
-    label_selector: str = Field(min_length=1)
+    service_url: str
+    model: str
+    label_selector: str
     replica_url: str = DEFAULT_REPLICA_URL
     port_name: str = "http"
-    max_model_len: int | None = Field(default=None, gt=0)
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        _require_text(service_url=self.service_url, model=self.model, label_selector=self.label_selector)
+        if self.max_model_len is not None and self.max_model_len <= 0:
+            raise InvalidValue("max_model_len", f"must be positive, got {self.max_model_len}")
 
 
-class PrometheusSettings(_Strict):
-    url: str = Field(min_length=1)
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """Where Prometheus answers (recorded, not read yet)."""
+
+    url: str
+
+    def __post_init__(self) -> None:
+        _require_text(url=self.url)
 
 
-class AllowSettings(_Strict):
-    """The blast-radius fence; mirrors :class:`faults.k8s.allowlist.K8sAllowList`."""
-
-    contexts: list[str] = Field(min_length=1)
-    namespaces: list[str] = Field(min_length=1)
-    node_selector: str | None = None
-    max_targets: int = Field(default=1, ge=1)
-
-
-class K8sEnvConfig(_Strict):
+@dataclass(frozen=True)
+class K8sEnvConfig:
     """A whole kind or cluster config file."""
 
-    env: Literal["kind", "cluster"]
+    env: EnvName
     kube: KubeSettings
     ray: RaySettings
     vllm: VllmSettings
-    allow: AllowSettings
+    allow: AllowList
     prometheus: PrometheusSettings | None = None
     container_runtime: str = "none"
-    path: str = ""
+    path: str = field(default="", compare=False)
 
-    @model_validator(mode="after")
-    def _context_is_allowed(self) -> K8sEnvConfig:
+    def __post_init__(self) -> None:
+        if self.env not in K8S_ENVS:
+            raise InvalidValue("env", f"must be one of {', '.join(K8S_ENVS)}, got {str(self.env)!r}")
+        # On Kubernetes an empty list would allow nothing at all: a config that could never act.
+        if not self.allow.contexts:
+            raise InvalidValue("allow.contexts", "must name at least one kube context")
+        if not self.allow.namespaces:
+            raise InvalidValue("allow.namespaces", "must name at least one namespace")
         # A config whose own context is outside its allow-list could never act: say so up front.
         if self.kube.context not in self.allow.contexts:
-            raise ValueError(
-                f"kube.context {self.kube.context!r} is not in allow.contexts {self.allow.contexts}"
+            raise InvalidValue(
+                "kube.context", f"{self.kube.context!r} is not in allow.contexts {list(self.allow.contexts)}"
             )
         if self.kube.namespace not in self.allow.namespaces:
-            raise ValueError(
-                f"kube.namespace {self.kube.namespace!r} is not in allow.namespaces {self.allow.namespaces}"
+            raise InvalidValue(
+                "kube.namespace",
+                f"{self.kube.namespace!r} is not in allow.namespaces {list(self.allow.namespaces)}",
             )
-        return self
 
-    def k8s_allow(self) -> K8sAllowList:
+    def k8s_allow(self) -> AllowList:
         """The allow-list the Kubernetes faults check."""
-        return K8sAllowList.from_dict(self.allow.model_dump())
+        return self.allow
 
 
 def load_k8s_env_config(path: Path, env_name: str) -> K8sEnvConfig:
@@ -125,13 +142,10 @@ def load_k8s_env_config(path: Path, env_name: str) -> K8sEnvConfig:
     data = read_config_mapping(path)
     if "allow" not in data:
         raise ConfigError(f"{path}: allow: required for the {env_name} environment; there is no default")
+    if isinstance(data["allow"], dict):
+        data["allow"] = with_current_keys(data["allow"], f"{path}: allow")
     data.setdefault("env", env_name)
-    try:
-        config = K8sEnvConfig.model_validate({**data, "path": str(path)})
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "config"
-        raise ConfigError(f"{path}: {where}: {first['msg']}") from e
+    config = parse_params(str(path), K8sEnvConfig, {**data, "path": str(path)}, noun="key")
     if config.env != env_name:
-        raise ConfigError(f"{path}: env: the file is for {config.env!r} but --env is {env_name!r}")
+        raise ConfigError(f"{path}: env: the file is for {str(config.env)!r} but --env is {env_name!r}")
     return config

@@ -6,15 +6,17 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
+from click.decorators import FC
 from rich.console import Console
 from rich.table import Table
 
-from inferchaos.environments.k8s_config import K8S_ENVS, load_k8s_env_config
+from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
@@ -37,15 +39,45 @@ from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Verdict
 from inferchaos.faults.base import FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
+from inferchaos.layers import K8S_ENVS, EnvName
 from inferchaos.primitives.env_status import EnvStatus
 
 logger = logging.getLogger(__name__)
 console = Console()
 
-ENV_CHOICES = click.Choice(["local", *K8S_ENVS])
+MIN_INTERVAL_S = 0.25
+
+
+def env_option(*names: EnvName) -> Callable[[FC], FC]:
+    """``--env``: which environment a command acts on (``names``, every one by default)."""
+    choices = [str(n) for n in (names or EnvName)]
+    return click.option(
+        "--env", "env_name", type=click.Choice(choices), default=str(EnvName.LOCAL), show_default=True,
+        help="The environment: local (embedded, `inferchaos env up`), kind or cluster (both need --config).",
+    )  # fmt: skip
+
+
+def _check_interval(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    if value < MIN_INTERVAL_S:
+        raise ConfigError(f"--interval must be at least {MIN_INTERVAL_S} s, got {value}")
+    return value
+
+
+# The options several commands share, each declared once.
+ENV_OPTION = env_option()
 CONFIG_OPTION = click.option(
     "--config", "config_file", type=click.Path(path_type=Path), default=None,
-    help="kind/cluster: the environment config with its allow-list (environments/cluster.example.yaml).",
+    help="The environment config with its allow-list of what may be touched "
+         "(environments/cluster.example.yaml); required for kind/cluster.",
+)  # fmt: skip
+OUT_OPTION = click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+    help="Where run folders are written (a game day puts its runs in one folder and adds index.html; "
+         "observe writes its timeline CSV).",
+)  # fmt: skip
+INTERVAL_OPTION = click.option(
+    "--interval", type=float, default=1.0, show_default=True, callback=_check_interval,
+    help=f"Sampling interval in seconds (>= {MIN_INTERVAL_S}).",
 )  # fmt: skip
 
 
@@ -59,7 +91,7 @@ def _configure_logging(verbose: bool) -> None:
     log.propagate = False
 
 
-def _model_options(func: click.decorators.FC) -> click.decorators.FC:
+def _model_options(func: FC) -> FC:
     for option in reversed(
         [
             click.option("--layers", type=int, default=TinyModelSpec.layers, show_default=True,
@@ -74,12 +106,11 @@ def _model_options(func: click.decorators.FC) -> click.decorators.FC:
     return func
 
 
-def _env_options(func: click.decorators.FC) -> click.decorators.FC:
+def _env_options(func: FC) -> FC:
     defaults = LocalEnvConfig()
     for option in reversed(
         [
-            click.option("--env", "env_name", type=ENV_CHOICES, default="local", show_default=True,
-                         help="Which environment to act on."),
+            ENV_OPTION,
             click.option("--workers", type=int, default=defaults.workers, show_default=True,
                          help="Ray worker nodes (each a separate raylet and process group)."),
             click.option("--gpus-per-worker", type=int, default=defaults.gpus_per_worker, show_default=True,
@@ -97,13 +128,21 @@ def _env_options(func: click.decorators.FC) -> click.decorators.FC:
 
 
 def _build_config(**knobs: int) -> LocalEnvConfig:
+    """The local environment the ``_env_options`` knobs describe, validated."""
     spec = replace(
         TinyModelSpec(),
-        layers=knobs.pop("layers"),
-        hidden_size=knobs.pop("hidden_size"),
-        max_model_len=knobs.pop("max_model_len"),
+        layers=knobs["layers"],
+        hidden_size=knobs["hidden_size"],
+        max_model_len=knobs["max_model_len"],
     )
-    config = LocalEnvConfig(model=spec, **knobs)
+    config = LocalEnvConfig(
+        workers=knobs["workers"],
+        gpus_per_worker=knobs["gpus_per_worker"],
+        replicas=knobs["replicas"],
+        kv_cache_tokens=knobs["kv_cache_tokens"],
+        front_door_port=knobs["front_door_port"],
+        model=spec,
+    )
     config.validate()
     return config
 
@@ -174,7 +213,7 @@ def env_up(env_name: str, config_file: Path | None, **knobs: int) -> None:
 
 
 @env.command("status")
-@click.option("--env", "env_name", type=ENV_CHOICES, default="local", show_default=True)
+@ENV_OPTION
 @CONFIG_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def env_status(env_name: str, config_file: Path | None, as_json: bool) -> None:
@@ -187,7 +226,7 @@ def env_status(env_name: str, config_file: Path | None, as_json: bool) -> None:
 
 
 @env.command("down")
-@click.option("--env", "env_name", type=ENV_CHOICES, default="local", show_default=True)
+@ENV_OPTION
 @CONFIG_OPTION
 def env_down(env_name: str, config_file: Path | None) -> None:
     """Stop every process the environment started (by pid and process group) and remove its state.
@@ -197,7 +236,9 @@ def env_down(env_name: str, config_file: Path | None) -> None:
     if env_name in K8S_ENVS:
         with Progress() as progress:
             _k8s_env(env_name, config_file, progress).down()
-        click.echo("kind environment down" if env_name == "kind" else "nothing to take down for a cluster")
+        click.echo(
+            "kind environment down" if env_name == EnvName.KIND else "nothing to take down for a cluster"
+        )
         return
     with Progress() as progress:
         ended = LocalEnvironment(progress=progress).down()
@@ -230,13 +271,12 @@ def _open_env(env_name: str, config_file: Path | None = None) -> LocalEnvironmen
 
 
 def _k8s_run_allow(environment: K8sEnvironment) -> AllowList:
-    """The runner's allow-list of a kind/cluster config: its Ray address, contexts and namespaces.
+    """The runner's allow-list of a kind/cluster config: the config's own, fenced to its Ray cluster.
 
     The Kubernetes faults check the full list (nodes too) themselves, in their plans.
     """
     allow = environment.config.allow
-    return AllowList(ray_addresses=(environment.config.ray.address,), kube_contexts=tuple(allow.contexts),
-                     namespaces=tuple(allow.namespaces), max_targets=allow.max_targets)  # fmt: skip
+    return replace(allow, ray_addresses=allow.ray_addresses or (environment.config.ray.address,))
 
 
 def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
@@ -290,32 +330,10 @@ LOAD_OPTION = click.option(
 
 @cli.command("run")
 @click.argument("experiment", type=click.Path(path_type=Path))
-@click.option(
-    "--env",
-    "env_name",
-    type=click.Choice(["local", "kind", "cluster"]),
-    default="local",
-    show_default=True,
-    help="The environment to run against (it must be up: `inferchaos env up`).",
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Environment config with the allow-list of what may be touched (required for kind/cluster).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Where the run folder is written.",
-)
-@click.option(
-    "--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25)."
-)
+@ENV_OPTION
+@CONFIG_OPTION
+@OUT_OPTION
+@INTERVAL_OPTION
 @click.option(
     "--dry-run", is_flag=True, help="Validate, print the plan and what would be touched; touch nothing."
 )
@@ -348,8 +366,6 @@ def run_cmd(
             allow = load_env_config(config_file, env_name).allow
     if spec.env != env_name:
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
-    if interval < 0.25:
-        raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
     sys.exit(_run_one(experiment, environment, out_dir, interval, dry_run, allow, load))
 
 
@@ -434,17 +450,8 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
     help=f"Which scenarios to run, in order: a suite ({', '.join(sorted(SUITES))}) or a folder of "
     "experiment files (run in name order). Default: `default` on local, `k8s` on kind and cluster.",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Reports folder: one game-day folder of run folders per day, plus index.html.",
-)
-@click.option(
-    "--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25)."
-)
+@OUT_OPTION
+@INTERVAL_OPTION
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -468,8 +475,6 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
     can run between the game day and tearing the cluster down; a real cluster is never brought
     up or down.
     """
-    if interval < 0.25:
-        raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
     k8s_environment: K8sEnvironment | None = None
     if env_name in K8S_ENVS:
         # The config first: without one, nothing else about a kind/cluster game day matters.
@@ -519,29 +524,18 @@ def _print_plans(planned: list[_PlannedRun]) -> None:
 
 
 @cli.command("observe")
-@click.option("--env", "env_name", type=click.Choice(["local"]), default="local", show_default=True)
+@env_option(EnvName.LOCAL)
 @click.option(
     "--duration", type=float, default=60.0, show_default=True, help="How long to watch, in seconds."
 )
-@click.option(
-    "--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds (>= 0.25)."
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Where the timeline CSV is written.",
-)
+@INTERVAL_OPTION
+@OUT_OPTION
 def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) -> None:
     """Show a live table of the key probes per layer and write the timeline; injects nothing."""
     from inferchaos.experiments.observe import observe
 
     if duration <= 0:
         raise ConfigError(f"--duration must be positive, got {duration}")
-    if interval < 0.25:
-        raise ConfigError(f"--interval must be at least 0.25 s, got {interval}")
     environment = _open_env(env_name)
     check_environment(environment)
     path = observe(environment, duration, interval, out_dir, console)
@@ -549,8 +543,7 @@ def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) 
 
 
 @cli.command("cleanup")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
-              help="The kind/cluster config, needed to revert injections made there.")  # fmt: skip
+@CONFIG_OPTION
 def cleanup(config_file: Path | None) -> None:
     """Revert every injection still in the ledger (e.g. after the runner was killed); idempotent."""
     ledger = Ledger()
@@ -568,7 +561,7 @@ def cleanup(config_file: Path | None) -> None:
             fault.revert(k8s_envs[handle.env], handle, ledger)
             click.echo(f"reverted {handle.fault} {handle.id} on {handle.env}")
             continue
-        if handle.env == "local" and not environment.is_recorded():
+        if handle.env == EnvName.LOCAL and not environment.is_recorded():
             # With the environment gone, nothing the injection made can still exist.
             ledger.remove(handle.id)
             click.echo(f"dropped {handle.fault} {handle.id}: the local environment it acted on is down")

@@ -8,52 +8,41 @@ from typing import Any
 
 from inferchaos.config_files import read_config_mapping
 from inferchaos.errors import ConfigError
+from inferchaos.layers import K8S_ENVS
+from inferchaos.params import parse_params
+from inferchaos.primitives.kube.allowlist import AllowList, with_current_keys
 
-
-@dataclass(frozen=True)
-class AllowList:
-    """What may be touched; anything else is refused before injection."""
-
-    ray_addresses: tuple[str, ...] = ()
-    kube_contexts: tuple[str, ...] = ()
-    namespaces: tuple[str, ...] = ()
-    devices: tuple[str, ...] = ()
-    max_targets: int = 1
+__all__ = ["AllowList", "EnvConfig", "ensure_plan_is_allowed", "load_env_config"]
 
 
 @dataclass(frozen=True)
 class EnvConfig:
+    """An environment config file of the local environment: its allow-list and free settings."""
+
     env: str
     allow: AllowList
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _EnvConfigFile:
+    """The keys the file may hold."""
+
+    allow: AllowList = field(default_factory=AllowList)
     settings: dict[str, Any] = field(default_factory=dict)
 
 
 def load_env_config(path: Path, env_name: str) -> EnvConfig:
     """Read and validate an environment config; kind and cluster need an explicit allow-list."""
     data = read_config_mapping(path)
-    allow = data.get("allow")
-    if allow is None:
-        if env_name in ("kind", "cluster"):
+    if data.get("allow") is None:
+        if env_name in K8S_ENVS:
             raise ConfigError(f"{path}: allow: required for the {env_name} environment; there is no default")
-        allow = {}
-    if not isinstance(allow, dict):
-        raise ConfigError(f"{path}: allow: must be a mapping")
-    known = {"ray_addresses", "kube_contexts", "namespaces", "devices", "max_targets"}
-    unknown = sorted(set(allow) - known)
-    if unknown:
-        raise ConfigError(f"{path}: allow.{unknown[0]}: unknown key; known: {sorted(known)}")
-    max_targets = allow.get("max_targets", 1)
-    if isinstance(max_targets, bool) or not isinstance(max_targets, int) or max_targets < 1:
-        raise ConfigError(f"{path}: allow.max_targets: must be a positive integer, got {max_targets!r}")
-    lists = {}
-    for key in known - {"max_targets"}:
-        value = allow.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{path}: allow.{key}: must be a list of strings")
-        lists[key] = tuple(value)
-    return EnvConfig(
-        env=env_name, allow=AllowList(max_targets=max_targets, **lists), settings=data.get("settings", {})
-    )
+        data.pop("allow", None)
+    elif isinstance(data["allow"], dict):
+        data["allow"] = with_current_keys(data["allow"], f"{path}: allow")
+    parsed = parse_params(str(path), _EnvConfigFile, data, noun="key")
+    return EnvConfig(env=env_name, allow=parsed.allow, settings=parsed.settings)
 
 
 # Plan targets that name a thing a fault acts on (the rest describe how, e.g. a pid).

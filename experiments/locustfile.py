@@ -49,6 +49,7 @@ from locust.env import Environment
 from locust.runners import Runner, WorkerRunner
 
 from inferchaos.errors import ConfigError, InferchaosError
+from inferchaos.primitives.openai_stream import parse_sse_line
 
 logger = logging.getLogger(__name__)
 
@@ -191,21 +192,17 @@ def _read_stream(response: Any, started: float, timing: StreamTiming) -> None:
     """
     raw = response._response
     while line := raw.readline(b"\n"):
-        if not line.startswith(b"data:"):
+        # Read on past [DONE] to the end of the message, so the connection goes back to the pool.
+        event = parse_sse_line(line)
+        if event is None:
             continue
-        payload = line[5:].strip()
-        if not payload or payload == b"[DONE]":
-            continue  # read on to the end of the message so the connection goes back to the pool
         now = time.perf_counter() - started
-        event = json.loads(payload)
-        if event.get("error"):
-            # vLLM reports a failure inside an already started stream as an error event.
-            raise StreamFailed(f"error event: {str(event['error'])[:100]}")
-        if event.get("choices"):
+        if event.error:
+            raise StreamFailed(f"error event: {event.error[:100]}")
+        if event.has_choices:
             timing.chunk_times_s.append(now)
-        usage = event.get("usage")
-        if usage and usage.get("completion_tokens") is not None:
-            timing.usage_tokens = int(usage["completion_tokens"])
+        if event.completion_tokens is not None:
+            timing.usage_tokens = event.completion_tokens
 
 
 def stream_completion(user: FastHttpUser, prompt: str, max_tokens: int) -> None:
@@ -227,7 +224,11 @@ def stream_completion(user: FastHttpUser, prompt: str, max_tokens: int) -> None:
         response = user.client.post("/v1/completions", json=body, headers=headers, stream=True)
         if response.status_code != 200:
             raise StreamFailed(
-                f"HTTP {response.status_code}" if response.status_code else f"no response: {response.error}"
+                f"HTTP {response.status_code}"
+                if response.status_code
+                # A connection that failed has no status; Locust hangs what failed on the response
+                # without declaring the attribute (it reads it with getattr too).
+                else f"no response: {getattr(response, 'error', None)}"
             )
         _read_stream(response, started, timing)
         if timing.ttft_s is None:
@@ -315,14 +316,15 @@ class _Profile(LoadTestShape):
         """(users, spawn rate) ``elapsed`` seconds into the test."""
 
 
-class steady(_Profile):  # noqa: N801 - Locust lists shapes by class name; the name is the profile
+# Lower-case class names: Locust lists shapes by class name, and the name is the profile.
+class steady(_Profile):
     """-u users throughout."""
 
     def users_at(self, elapsed: float) -> tuple[int, float]:
         return self._users(), self._rate()
 
 
-class ramp(_Profile):  # noqa: N801
+class ramp(_Profile):
     """From one user to -u users, linearly over --ramp-seconds, then hold."""
 
     def users_at(self, elapsed: float) -> tuple[int, float]:
@@ -331,7 +333,7 @@ class ramp(_Profile):  # noqa: N801
         return users, max(1.0, self._rate())
 
 
-class spike(_Profile):  # noqa: N801
+class spike(_Profile):
     """-u users, with --spike-users (default 3 x -u) from --spike-at for --spike-seconds."""
 
     def users_at(self, elapsed: float) -> tuple[int, float]:
@@ -343,7 +345,7 @@ class spike(_Profile):  # noqa: N801
         return self._users(), float(max(peak, self._rate()))
 
 
-def _select_profile(environment: Environment, runner: Runner) -> None:
+def _select_profile(environment: Environment, runner: Runner, name: str) -> None:
     """Make ``--load-profile`` the test's shape.
 
     Locust 2.47 has no option that names a shape: a headless run takes the first shape class
@@ -351,7 +353,6 @@ def _select_profile(environment: Environment, runner: Runner) -> None:
     them, by class name. So the profile is set here, before the test starts, the same way the
     class picker sets it.
     """
-    name = environment.parsed_options.load_profile
     shapes = environment.available_shape_classes or {}
     if name not in shapes:
         raise ConfigError(f"--load-profile {name}: no such shape; the locustfile has {sorted(shapes)}")
@@ -570,7 +571,7 @@ def _on_init(environment: Environment, runner: Runner, **_kwargs: Any) -> None:
             raise ConfigError(
                 f"--max-tokens-range-ratio must be in [0, 1), got {options.max_tokens_range_ratio:g}"
             )
-        _select_profile(environment, runner)
+        _select_profile(environment, runner, options.load_profile)
         ChaosPlan.from_options(options)  # fail before any load is sent
     except ConfigError as e:
         logger.error("%s", e)

@@ -303,7 +303,7 @@ class Runner:
             raise
         except InferchaosError as e:
             self._state.errors.append(f"inject failed: {e}")
-        except Exception as e:  # noqa: BLE001 - recorded with its traceback; the run ends as an error
+        except Exception as e:  # recorded with its traceback; the run ends as an error
             logger.exception("inject of %s failed", self.spec.fault.fault)
             self._state.errors.append(f"inject failed: {type(e).__name__}: {e}")
         return None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from inferchaos.errors import ConfigError
+from inferchaos.layers import EnvName
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
 
@@ -24,7 +25,7 @@ SUITES: dict[str, tuple[str, ...]] = {
 }
 
 # The suite a game day runs when --suite is not given.
-DEFAULT_SUITE: dict[str, str] = {"local": "default", "kind": "k8s", "cluster": "k8s"}
+DEFAULT_SUITE: dict[EnvName, str] = {EnvName.LOCAL: "default", EnvName.KIND: "k8s", EnvName.CLUSTER: "k8s"}
 
 
 class _NamesEnvironment(Protocol):
@@ -40,11 +41,10 @@ class _NamesEnvironment(Protocol):
 def default_suite(env_name: str) -> str:
     """The suite a game day on ``env_name`` runs by default."""
     try:
-        return DEFAULT_SUITE[env_name]
-    except KeyError as e:
-        raise ConfigError(
-            f"no default suite for environment {env_name!r}; known: {sorted(DEFAULT_SUITE)}"
-        ) from e
+        return DEFAULT_SUITE[EnvName(env_name)]
+    except ValueError as e:
+        known = sorted(str(name) for name in DEFAULT_SUITE)
+        raise ConfigError(f"no default suite for environment {env_name!r}; known: {known}") from e
 
 
 def suite_paths(name: str) -> list[Path]:
@@ -67,7 +67,7 @@ def ensure_suite_matches_env(suite: str, specs: Sequence[_NamesEnvironment], env
         if spec.env != env_name:
             hint = (
                 "; for a cluster, copy the experiments with environment.name: cluster and pass their folder as --suite"
-                if env_name == "cluster" else ""
+                if env_name == EnvName.CLUSTER else ""
             )  # fmt: skip
             raise ConfigError(
                 f"suite {suite}: {spec.path.name}: environment.name is {spec.env!r} but --env is {env_name!r}{hint}"

@@ -1,7 +1,19 @@
-"""The one parser of user input: a mapping (fault parameters, experiment arguments, config files) into its typed dataclass, refusing bad input early."""
+"""The one parser of user input: a mapping into its typed dataclass, refusing bad input early.
+
+Fault parameters, experiment arguments and the environment config files all go through
+:func:`parse_params`. The target is a plain dataclass; its type hints say what each key takes
+(``int``, ``float``, ``str``, ``bool``, ``Literal``, a ``StrEnum``, ``list``/``tuple``/``dict``
+of those, unions, and nested dataclasses for nested blocks), and its ``__post_init__`` checks
+what types cannot say, raising :class:`InvalidValue` (a key and its problem) or ConfigError.
+
+Every problem is one line naming where it is: ``{name}: unknown parameter(s) x; known: a, b``,
+``{name}: parameter 'x' must be float, got 'a'``, ``{name}: missing required parameter(s) x``,
+and ``{name}: allow.max_targets: must be at least 1, got 0`` for a check of a nested block.
+"""
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
@@ -12,48 +24,133 @@ from inferchaos.errors import ConfigError
 P = TypeVar("P")
 
 
-def parse_params(fault: str, cls: type[P], params: dict[str, Any]) -> P:
+class InvalidValue(ConfigError):
+    """A value the types admit but a dataclass's own check refuses; ``key`` is dotted from the top."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+def parse_params(name: str, cls: type[P], params: dict[str, Any], *, noun: str = "parameter") -> P:
     """Build ``cls`` from ``params``; ConfigError names unknown, missing or mistyped keys.
 
-    Each parameter dataclass checks its own semantics in ``__post_init__`` (raising ConfigError).
+    ``name`` starts every message (a fault's name, a config file's path); ``noun`` is what its
+    keys are called in them (``parameter``, or ``key`` for a config file). Each dataclass checks
+    its own semantics in ``__post_init__``.
     """
     if not is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(params) - set(known))
+    try:
+        return _build(_Where(name, noun), cls, params, prefix="")
+    except InvalidValue as e:
+        raise ConfigError(f"{name}: {e.key}: {e.problem}") from e
+
+
+class _Where:
+    """Where a problem is, for its message."""
+
+    def __init__(self, name: str, noun: str) -> None:
+        self.name = name
+        self.noun = noun
+
+
+class _Mismatch(Exception):
+    """A value does not have the type its hint asks for (turned into a ConfigError by the caller)."""
+
+
+def _build(where: _Where, cls: type[P], params: Any, prefix: str) -> P:
+    if not isinstance(params, dict):
+        raise ConfigError(f"{where.name}: {prefix.rstrip('.')} must be a mapping, got {params!r}")
+    known = {f.name: f for f in fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(str(k) for k in set(params) - set(known))
     if unknown:
-        raise ConfigError(f"{fault}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise ConfigError(
+            f"{where.name}: unknown {where.noun}(s) {', '.join(prefix + k for k in unknown)}; "
+            f"known: {', '.join(prefix + k for k in known)}"
+        )
     missing = [
-        name
-        for name, f in known.items()
-        if name not in params and f.default is MISSING and f.default_factory is MISSING
+        prefix + key
+        for key, f in known.items()
+        if key not in params and f.default is MISSING and f.default_factory is MISSING
     ]
     if missing:
-        raise ConfigError(f"{fault}: missing required parameter(s) {', '.join(missing)}")
+        raise ConfigError(f"{where.name}: missing required {where.noun}(s) {', '.join(missing)}")
     hints = get_type_hints(cls)
-    for name, value in params.items():
-        if not _matches(value, hints[name]):
-            raise ConfigError(f"{fault}: parameter {name!r} must be {_describe(hints[name])}, got {value!r}")
-    return cls(**params)
+    values = {}
+    for key, value in params.items():
+        try:
+            values[key] = _convert(where, value, hints[key], prefix + key)
+        except _Mismatch as e:
+            raise ConfigError(
+                f"{where.name}: {where.noun} {prefix + key!r} must be {_describe(hints[key])}, got {value!r}"
+            ) from e
+    try:
+        return cls(**values)
+    except InvalidValue as e:
+        if not prefix:
+            raise
+        # A nested block's own check names its key relative to the block: make it dotted from the top.
+        raise InvalidValue(prefix + e.key, e.problem) from e
 
 
-def _matches(value: Any, hint: Any) -> bool:
+def _convert(where: _Where, value: Any, hint: Any, key: str) -> Any:
+    """``value`` as ``hint`` wants it (a nested dataclass built, a list made a tuple), or _Mismatch."""
     origin = get_origin(hint)
+    if hint is Any:
+        return value
     if origin in (Union, types.UnionType):
-        return any(_matches(value, arg) for arg in get_args(hint))
+        for arg in get_args(hint):
+            try:
+                return _convert(where, value, arg, key)
+            except _Mismatch:
+                continue
+        raise _Mismatch
     if hint is type(None):
-        return value is None
-    if origin is list:
-        (item,) = get_args(hint)
-        return isinstance(value, list) and all(_matches(v, item) for v in value)
+        if value is None:
+            return None
+        raise _Mismatch
+    if isinstance(hint, type) and is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise _Mismatch
+        return _build(where, hint, value, prefix=key + ".")
+    if origin in (list, tuple):
+        args = get_args(hint)
+        if not isinstance(value, list | tuple):
+            raise _Mismatch
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            raise TypeError(f"{key}: only tuple[X, ...] is supported, not {hint}")
+        items = [_convert(where, v, args[0], key) for v in value] if args else list(value)
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        key_hint, value_hint = get_args(hint) or (Any, Any)
+        if not isinstance(value, dict):
+            raise _Mismatch
+        return {
+            _convert(where, k, key_hint, key): _convert(where, v, value_hint, key) for k, v in value.items()
+        }
     if origin is typing.Literal:
-        return value in get_args(hint)
+        if value in get_args(hint):
+            return value
+        raise _Mismatch
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError as e:
+            raise _Mismatch from e
     if hint is float:
         # JSON and YAML give 50 for 50.0; a bool is an int in Python but never a number here.
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if isinstance(value, origin or hint):
+        return value
+    raise _Mismatch
 
 
 def _describe(hint: Any) -> str:
@@ -62,8 +159,14 @@ def _describe(hint: Any) -> str:
         return " or ".join(_describe(arg) for arg in get_args(hint))
     if hint is type(None):
         return "null"
-    if origin is list:
+    if origin in (list, tuple):
         return f"a list of {_describe(get_args(hint)[0])}"
+    if origin is dict:
+        return "a mapping"
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(hint))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in hint)
+    if isinstance(hint, type) and is_dataclass(hint):
+        return "a mapping"
     return getattr(hint, "__name__", str(hint))

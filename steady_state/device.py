@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferchaos.errors import EnvironmentNotUp, ProbeError
-from inferchaos.layers import Layer
+from inferchaos.layers import EnvName, Layer
 from inferchaos.primitives.capabilities import RecordedLocalState
 from inferchaos.primitives.memory_budget import (
     budget_memory,
@@ -26,7 +26,7 @@ from inferchaos.primitives.memory_budget import (
     budgets_available,
     find_budget,
 )
-from inferchaos.primitives.nvml import DeviceMemory, NvmlUnavailable, load_nvml, read_nvml_memory
+from inferchaos.primitives.nvml import DeviceMemory, Nvml, NvmlUnavailable
 from inferchaos.steady_state.base import Sample
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class DeviceProbe:
         self.env_id = env_id
         self.slots = tuple(slots)
         self._nvml_module = nvml_module
-        self._nvml: Any = None
+        self._nvml: Nvml | None = None
         # Set once NVML failed to load: a driver does not appear in the middle of a run.
         self._nvml_reason = ""
 
@@ -92,13 +92,13 @@ class DeviceProbe:
     def _gpus(self) -> list[DeviceMemory]:
         if self._nvml is None and not self._nvml_reason:
             try:
-                self._nvml = load_nvml(self._nvml_module)
+                self._nvml = Nvml(self._nvml_module)
             except NvmlUnavailable as e:
                 self._nvml_reason = str(e)
                 logger.info("device probe: %s", e)
         if self._nvml is None:
             return []
-        gpus = read_nvml_memory(self._nvml)
+        gpus = self._nvml.memory_all()
         if not gpus and not self._nvml_reason:
             self._nvml_reason = "NVML sees no GPU"
         return gpus
@@ -128,16 +128,13 @@ class DeviceProbe:
     def close(self) -> None:
         """Shut NVML down if this probe initialised it."""
         if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError as e:
-                logger.info("nvmlShutdown failed: %s", e)
+            self._nvml.close()
             self._nvml = None
 
 
 def device_probe_for(env: Any) -> DeviceProbe:
     """The device probe of ``env``: NVML where there is a GPU, and the local environment's budgets."""
-    if getattr(env, "name", "") == "local" and hasattr(env, "load_state"):
+    if getattr(env, "name", "") == EnvName.LOCAL and hasattr(env, "load_state"):
         try:
             return DeviceProbe.for_local_state(env.load_state())
         except EnvironmentNotUp as e:

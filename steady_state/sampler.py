@@ -148,6 +148,6 @@ class Sampler:
         except ProbeError as e:
             logger.info("sampler: probe %s failed: %s", probe.name, e)
             return [Row(t, probe.name, {}, math.nan, f"{type(e).__name__}: {e}")]
-        except Exception as e:  # noqa: BLE001 - a buggy probe must not end the run; the traceback is logged
+        except Exception as e:  # a buggy probe must not end the run; the traceback is logged
             logger.exception("sampler: probe %s raised unexpectedly", probe.name)
             return [Row(t, probe.name, {}, math.nan, f"{type(e).__name__}: {e}")]

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The shared fakes' fixtures (tests/fakes); every other fake is imported from tests.fakes.
+pytest_plugins = ["tests.fakes.k8s_fixtures", "tests.fakes.gpu_fixtures"]
+
 
 @pytest.fixture
 def inferchaos_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.gpu.cuda import CudaDriver, CudaError, CudaUnavailable
-from inferchaos.faults.gpu.nvml import Nvml, NvmlError
+from inferchaos.primitives.nvml import Nvml, NvmlError
 
 logger = logging.getLogger(__name__)
 

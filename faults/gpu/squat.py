@@ -35,7 +35,6 @@ from inferchaos.faults.gpu.launch import (
     start_squatter,
     wait_ready,
 )
-from inferchaos.faults.gpu.nvml import GpuObservation, GpuProcess, NvmlError, observe_gpu
 from inferchaos.faults.gpu.restart import (
     RestartAttempt,
     assess_restart,
@@ -58,6 +57,7 @@ from inferchaos.primitives.memory_budget import (
     budgets_available,
     find_budget,
 )
+from inferchaos.primitives.nvml import GpuObservation, GpuProcess, NvmlError, observe_gpu
 from inferchaos.primitives.replica_slots import ReplicaRecord, read_records, replica_healthy
 
 logger = logging.getLogger(__name__)

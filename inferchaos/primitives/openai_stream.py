@@ -1,9 +1,15 @@
-"""One streaming completion against an OpenAI-compatible server, timed per chunk.
+"""OpenAI completion streams: the one parser of their SSE lines, and one timed streaming request.
 
-The canary probe, the game day and the tests all need the same thing: send a small
-streaming request, note when the first SSE data chunk arrives (TTFT) and when the stream
-ends (e2e). A refused or failed request is a result with ``ok=False``, never an exception,
-because a failure is exactly what a chaos run wants to record.
+:func:`parse_sse_line` turns a line of a ``stream: true`` response into a :class:`StreamEvent`
+(the text of its choices, its usage, or the error vLLM reports inside a started stream). It
+is pure, so both clients share it: :func:`stream_completion_async` here (httpx, used by the
+canary probe, the faults and the tests) and the Locust users (geventhttpclient, in their own
+process: this module imports neither asyncio nor Ray, so a locustfile may import it).
+
+The canary, the game day and the tests all need the same thing: send a small streaming
+request, note when the first SSE data chunk arrives (TTFT) and when the stream ends (e2e).
+A refused or failed request is a result with ``ok=False``, never an exception, because a
+failure is exactly what a chaos run wants to record.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -38,13 +45,44 @@ class StreamResult:
         return sum(gaps) / len(gaps)
 
 
-def _parse_sse_data(line: str) -> dict | None:
-    if not line.startswith("data:"):
+@dataclass(frozen=True)
+class StreamEvent:
+    """One ``data:`` event of an OpenAI completion stream."""
+
+    # The choices' text, joined; empty for a usage-only or error event.
+    text: str = ""
+    # Whether the event carried choices (a token chunk): what TTFT and ITL are timed on.
+    has_choices: bool = False
+    # ``usage.completion_tokens`` of the final event with ``stream_options.include_usage``.
+    completion_tokens: int | None = None
+    # vLLM reports a failure inside an already started stream as ``data: {"error": ...}``.
+    error: str = ""
+
+
+def parse_sse_line(line: str | bytes) -> StreamEvent | None:
+    """The event one SSE line carries; None for other lines (blank, comments, ``[DONE]``).
+
+    Raises ValueError (json.JSONDecodeError) for a ``data:`` payload that is not JSON.
+    """
+    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    if not text.startswith("data:"):
         return None
-    payload = line[len("data:") :].strip()
+    payload = text[len("data:") :].strip()
     if not payload or payload == "[DONE]":
         return None
-    return json.loads(payload)
+    data = json.loads(payload)
+    if not isinstance(data, dict):
+        raise ValueError(f"an SSE data event must be a JSON object, got {payload[:100]!r}")
+    if data.get("error"):
+        return StreamEvent(error=str(data["error"])[:200])
+    choices = data.get("choices") or []
+    usage = data.get("usage") or {}
+    tokens = usage.get("completion_tokens")
+    return StreamEvent(
+        text="".join(choice.get("text") or "" for choice in choices),
+        has_choices=bool(choices),
+        completion_tokens=int(tokens) if tokens is not None else None,
+    )
 
 
 async def stream_completion_async(
@@ -54,7 +92,7 @@ async def stream_completion_async(
     prompt: str,
     max_tokens: int = 16,
     timeout_s: float = 30.0,
-    extra: dict | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> StreamResult:
     """POST /v1/completions with ``stream: true`` and time it; never raises on HTTP failure."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, **(extra or {})}
@@ -71,13 +109,17 @@ async def stream_completion_async(
                 return StreamResult(False, response.status_code, None, time.perf_counter() - start, 0, "",
                                     f"HTTP {response.status_code}: {detail}", replica)  # fmt: skip
             async for line in response.aiter_lines():
-                data = _parse_sse_data(line)
-                if data is None:
+                event = parse_sse_line(line)
+                if event is None:
+                    continue
+                if event.error:
+                    return StreamResult(False, 200, times[0] if times else None, time.perf_counter() - start,
+                                        len(times), "".join(text), f"error event: {event.error}", replica, times)  # fmt: skip
+                if not event.has_choices:
                     continue
                 times.append(time.perf_counter() - start)
-                for choice in data.get("choices", []):
-                    text.append(choice.get("text") or "")
-    except (httpx.HTTPError, json.JSONDecodeError) as e:
+                text.append(event.text)
+    except (httpx.HTTPError, ValueError) as e:
         return StreamResult(False, 0, times[0] if times else None, time.perf_counter() - start, len(times),
                             "".join(text), f"{type(e).__name__}: {e}", "", times)  # fmt: skip
     e2e = time.perf_counter() - start

@@ -2,7 +2,7 @@
 
 The environment is a ``cluster`` environment (:class:`environments.k8s_env.K8sEnvironment`)
 whose kube API is the fake API server with its simulated control plane (scheduler,
-Deployment controller, node lifecycle; ``tests/unit/k8s``), and whose Ray cluster, front door
+Deployment controller, node lifecycle; ``tests/fakes``), and whose Ray cluster, front door
 and vLLM replicas are the REAL shared local environment: the vLLM Pods' addresses point at
 the local replicas, the Ray token Secret holds the local cluster's token. No Kubernetes server
 can run here; the kind workflow runs the same files against a real one.
@@ -15,26 +15,28 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "k8s"))
-
-from fake_apiserver import FakeApiServer, FakeCluster  # noqa: E402
-from k8s_doubles import FakeRuntime  # noqa: E402
-from k8s_objects import WORKERS  # noqa: E402
-from k8s_scenario import control_plane, k8s_env_config, k8s_state, make_runtime, seed_kind_environment  # noqa: E402
-
-from inferchaos.environments.k8s_env import K8sEnvironment  # noqa: E402
-from inferchaos.environments.local.env import LocalEnvironment  # noqa: E402
-from inferchaos.experiments.cli import cli  # noqa: E402
-from inferchaos.experiments.runner import RunOptions, run_experiment  # noqa: E402
-from inferchaos.experiments.spec import load_and_validate  # noqa: E402
-from inferchaos.faults.ledger import Ledger  # noqa: E402
+from inferchaos.environments.k8s_env import K8sEnvironment
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.experiments.cli import cli
+from inferchaos.experiments.runner import RunOptions, run_experiment
+from inferchaos.experiments.spec import load_and_validate
+from inferchaos.faults.ledger import Ledger
+from tests.fakes.apiserver import FakeApiServer, FakeCluster
+from tests.fakes.k8s_doubles import FakeRuntime
+from tests.fakes.k8s_objects import WORKERS
+from tests.fakes.k8s_scenario import (
+    control_plane,
+    k8s_env_config,
+    k8s_state,
+    make_runtime,
+    seed_kind_environment,
+)
 
 pytestmark = pytest.mark.integration
 

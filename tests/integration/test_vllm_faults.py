@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from env_checks import healthy_replica_names  # noqa: E402
+from env_checks import healthy_replica_names
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment

@@ -21,8 +21,25 @@ def test_kind_and_cluster_have_no_default_allow_list(tmp_path: Path) -> None:
 def test_unknown_allow_key_is_named(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("allow: {namespace: [llm]}\n")
-    with pytest.raises(ConfigError, match=r"allow\.namespace: unknown key"):
+    with pytest.raises(
+        ConfigError,
+        match=r"c\.yaml: unknown key\(s\) allow\.namespace; known: allow\.contexts, allow\.namespaces",
+    ):
         load_env_config(config, "kind")
+
+
+def test_the_local_allow_list_has_the_same_keys_as_the_kubernetes_one(tmp_path: Path) -> None:
+    config = tmp_path / "local.yaml"
+    config.write_text(
+        "allow: {contexts: [kind-x], ray_addresses: ['127.0.0.1:6379'], devices: ['host:0'], max_targets: 2}\n"
+    )
+    allow = load_env_config(config, "local").allow
+    assert allow == AllowList(
+        contexts=("kind-x",), ray_addresses=("127.0.0.1:6379",), devices=("host:0",), max_targets=2
+    )
+    config.write_text("allow: {max_targets: 0}\n")
+    with pytest.raises(ConfigError, match=r"local\.yaml: allow\.max_targets: must be at least 1, got 0"):
+        load_env_config(config, "local")
 
 
 def test_a_device_outside_the_list_is_refused() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from gpu_fakes import GIB, FakeLibcuda
 
 from inferchaos.errors import FaultError
 from inferchaos.faults.gpu import cuda
@@ -17,6 +16,7 @@ from inferchaos.faults.gpu.cuda import (
     hold_device_memory,
     release_device_memory,
 )
+from tests.fakes.gpu import GIB, FakeLibcuda
 
 
 def _in_order(calls: list[str], expected: list[str]) -> bool:

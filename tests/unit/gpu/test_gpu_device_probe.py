@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml, write_budget
 
-from inferchaos.faults.gpu.nvml import Nvml, NvmlError, nvml_available
 from inferchaos.primitives import memory_budget, nvml
+from inferchaos.primitives.nvml import Nvml, NvmlError, nvml_available
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.device import DeviceProbe, device_probe_for
+from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml, write_budget
 
 
 def _by_name(samples: list[Sample]) -> dict[tuple[str, str], float]:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_fakes import FakeLocalEnv, replica_record
 
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.gpu import squat
@@ -27,6 +26,7 @@ from inferchaos.faults.gpu.restart import (
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.layers import Layer
 from inferchaos.primitives.replica_slots import ReplicaRecord
+from tests.fakes.gpu import FakeLocalEnv, replica_record
 
 OOM = (
     "was killed by SIGKILL (exit 137); the OOM killer acted in its memory budget inferchaos-abc123-replica-1"

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml
 
 from inferchaos.errors import FaultError
 from inferchaos.faults.gpu import devices, squat
 from inferchaos.faults.gpu.cuda import cuda_available
 from inferchaos.faults.gpu.launch import find_squatters
-from inferchaos.faults.gpu.nvml import Nvml
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger
+from inferchaos.primitives.nvml import Nvml
+from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml
 
 
 def test_a_squatter_that_cannot_allocate_fails_inject_and_leaves_no_entry(

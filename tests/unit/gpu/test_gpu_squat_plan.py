@@ -7,13 +7,13 @@ from typing import Any
 
 import psutil
 import pytest
-from gpu_fakes import GIB, FakeGpu, FakeLocalEnv, FakePynvml, replica_record, write_budget
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.gpu import devices, squat
-from inferchaos.faults.gpu.nvml import Nvml
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.primitives.memory_budget import MemoryBudget
+from inferchaos.primitives.nvml import Nvml
+from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml, replica_record, write_budget
 
 BUDGET_LIMIT = 2560 * 1024 * 1024
 NO_DRIVER = "no CUDA driver (libcuda.so.1) on this machine: libcuda.so.1: cannot open shared object file"

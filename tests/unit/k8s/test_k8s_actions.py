@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer, FakeCluster
-from k8s_objects import GPU_POOL, NS, WORKERS
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s import actions
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import fault_names
+from tests.fakes.apiserver import FakeApiServer, FakeCluster
+from tests.fakes.k8s_objects import GPU_POOL, NS, WORKERS
 
 
 @pytest.fixture

@@ -2,26 +2,39 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 import yaml
-from fake_apiserver import FakeApiServer, FakeCluster
-from k8s_objects import NS, WORKERS
-from k8s_scenario import CONTEXT, k8s_env_config, make_runtime, seed_kind_environment
 
 from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.experiments.cli import main
 from inferchaos.experiments.probes import build_probes, k8s_probe_of
+from tests.fakes.apiserver import FakeApiServer, FakeCluster
+from tests.fakes.k8s_objects import NS, WORKERS
+from tests.fakes.k8s_scenario import CONTEXT, k8s_env_config, make_runtime, seed_kind_environment
 
 TOKEN = "ray-token-for-the-fake-cluster"
 
 
 @pytest.fixture
-def seeded(fake_server: FakeApiServer) -> FakeCluster:
-    fake_server.cluster = seed_kind_environment(FakeCluster(), TOKEN, [8301, 8302, 8303])
+def closed_ports() -> list[int]:
+    """Three distinct ports the OS just handed out and nothing listens on any more."""
+    sockets = [socket.socket() for _ in range(3)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def seeded(fake_server: FakeApiServer, closed_ports: list[int]) -> FakeCluster:
+    fake_server.cluster = seed_kind_environment(FakeCluster(), TOKEN, closed_ports)
     return fake_server.cluster
 
 
@@ -41,13 +54,13 @@ def _edit(path: Path, change: dict[str, object], drop: tuple[str, ...] = ()) -> 
     return path
 
 
-def test_the_driver_reads_every_layer_from_the_kube_api(config_path: Path, seeded: FakeCluster) -> None:
+def test_the_driver_reads_every_layer_from_the_kube_api(
+    config_path: Path, seeded: FakeCluster, closed_ports: list[int]
+) -> None:
     env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
     assert env.name == "cluster" and env.k8s.context == CONTEXT
     assert env.load_state().read_token() == TOKEN  # from the ray-auth-token Secret
-    assert [env.replica_url(p) for p in env.replica_pods()] == [
-        f"http://127.0.0.1:{p}" for p in (8301, 8302, 8303)
-    ]
+    assert [env.replica_url(p) for p in env.replica_pods()] == [f"http://127.0.0.1:{p}" for p in closed_ports]
     readings = {
         s.probe: s.value for s in k8s_probe_of(env).read_now() if not s.labels or "deployment" in s.labels
     }
@@ -72,7 +85,7 @@ def test_the_probe_set_adds_kubernetes_and_leaves_out_this_hosts_devices(config_
     assert {p.name for p in probes} == {"canary", "ray", "k8s"}
 
 
-def _status():  # noqa: ANN202 - the smallest EnvStatus the probe builder reads
+def _status():  # the smallest EnvStatus the probe builder reads
     from inferchaos.primitives.env_status import (
         EnvStatus,
         FrontDoorStatus,
@@ -89,17 +102,32 @@ def _status():  # noqa: ANN202 - the smallest EnvStatus the probe builder reads
     ("change", "drop", "message"),
     [
         ({}, ("allow",), "allow: required for the cluster environment; there is no default"),
-        ({"allow": {"contexts": ["prod"], "namespaces": [NS]}}, (), "kube.context 'kind-inferchaos' is not in allow.contexts"),
-        ({"allow": {"contexts": [CONTEXT], "namespaces": []}}, (), "allow.namespaces: List should have at least 1 item"),
-        ({"extra": 1}, (), "extra: Extra inputs are not permitted"),
+        ({"allow": {"contexts": ["prod"], "namespaces": [NS]}}, (), "kube.context: 'kind-inferchaos' is not in allow.contexts"),
+        ({"allow": {"contexts": [CONTEXT], "namespaces": []}}, (), "allow.namespaces: must name at least one namespace"),
+        ({"allow": {"contexts": [CONTEXT], "namespaces": [NS], "max_targets": 0}}, (), "allow.max_targets: must be at least 1, got 0"),
+        ({"allow": {"contexts": [CONTEXT], "namespaces": [NS], "max_targets": "2"}}, (), "key 'allow.max_targets' must be int, got '2'"),
+        ({"allow": {"contexts": [CONTEXT], "kube_contexts": [CONTEXT], "namespaces": [NS]}}, (), "kube_contexts is the old name of contexts"),
+        ({"extra": 1}, (), "unknown key(s) extra; known: env, kube, ray"),
         ({"env": "kind"}, (), "env: the file is for 'kind' but --env is 'cluster'"),
-        ({"ray": {"address": "x", "dashboard_url": "y"}}, (), "ray: Value error, needs exactly one of auth_token_secret"),
+        ({"env": "local"}, (), "env: must be one of kind, cluster, got 'local'"),
+        ({"ray": {"address": "x", "dashboard_url": "y"}}, (), "ray.auth_token_secret: needs exactly one of auth_token_secret"),
+        ({"vllm": {"service_url": "u", "model": "m"}}, (), "missing required key(s) vllm.label_selector"),
     ],
 )  # fmt: skip
 def test_bad_configs_are_one_line_errors(config_path: Path, change: dict, drop: tuple, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_k8s_env_config(_edit(config_path, change, drop), "cluster")
+    assert str(e.value).startswith(f"{config_path}: ")
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_old_name_of_allow_contexts_still_reads(
+    config_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _edit(config_path, {"allow": {"kube_contexts": [CONTEXT], "namespaces": [NS], "max_targets": 2}})
+    config = load_k8s_env_config(config_path, "cluster")
+    assert config.allow.contexts == (CONTEXT,) and config.allow.max_targets == 2
+    assert "kube_contexts is deprecated; call it contexts" in caplog.text
 
 
 @pytest.mark.parametrize(

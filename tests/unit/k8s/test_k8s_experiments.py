@@ -2,64 +2,26 @@
 
 The Kubernetes layer is real code end to end: the driver, the faults, the k8s probe, the
 official client, the fake API server and its simulated control plane. vLLM, the canary and
-Ray are the runner's fakes (tests/unit/runner); tests/integration/test_k8s_scenarios.py runs
+Ray are the runner's fakes (tests/fakes/runner.py); tests/integration/test_k8s_scenarios.py runs
 the same experiments with the real ones.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer, FakeCluster
-from k8s_scenario import control_plane, k8s_env_config, k8s_state, make_runtime, seed_kind_environment
 
-from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.experiments.probes import k8s_probe_of
 from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.spec import load_and_validate
 from inferchaos.faults.ledger import Ledger
-from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Probe
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
-from runner_fakes import FakeEnv, FakeProbeFactory, World  # noqa: E402
-
-EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
-
-
-class ClusterWithFakeRay(K8sEnvironment):
-    """The real driver; only Ray and vLLM, which unit tests do not run, answer from the runner's fakes."""
-
-    def status(self) -> EnvStatus:
-        status = FakeEnv(name=self.name).status()
-        return replace(status, model=replace(status.model, name=self.config.vllm.model))
-
-    def connect_ray(self) -> None:
-        """No Ray here."""
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def world_cluster(
-    fake_server: FakeApiServer, tmp_path: Path, home: Path
-) -> Iterator[tuple[FakeCluster, Any]]:
-    fake_server.cluster = seed_kind_environment(FakeCluster(), "token")
-    runtime = make_runtime(tmp_path)
-    controllers = control_plane(lambda: fake_server.cluster, runtime)
-    controllers.start()
-    yield fake_server.cluster, runtime
-    controllers.stop()
-    assert fake_server.cluster.rejected == []
+from tests.fakes.apiserver import FakeApiServer, FakeCluster
+from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
+from tests.fakes.runner import FakeProbeFactory, World
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,11 @@ import urllib.error
 import urllib.request
 
 import pytest
-from fake_apiserver import ApiError, FakeApiServer, FakeCluster, label_selector_matches
-from k8s_objects import NS, WORKERS
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
+
+from tests.fakes.apiserver import ApiError, FakeApiServer, FakeCluster, label_selector_matches
+from tests.fakes.k8s_objects import NS, WORKERS
 
 
 def test_a_schema_invalid_object_is_refused_and_recorded(

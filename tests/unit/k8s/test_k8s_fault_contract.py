@@ -8,15 +8,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from fake_apiserver import FakeCluster, RecordedRequest
-from k8s_doubles import KindEnv
-from k8s_objects import CONTROL_PLANE, FAULT_PARAMS, NS, WORKERS, node
 
-import inferchaos.faults.k8s  # noqa: F401  (registers the faults)
 from inferchaos.errors import ConfigError, FaultError
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import fault_names, get_fault
 from inferchaos.primitives.kube.allowlist import K8sAllowList
+from tests.fakes.apiserver import FakeCluster, RecordedRequest
+from tests.fakes.k8s_doubles import KindEnv
+from tests.fakes.k8s_objects import CONTROL_PLANE, FAULT_PARAMS, NS, WORKERS, node
 
 ALL_FAULTS = sorted(FAULT_PARAMS)
 

@@ -8,35 +8,26 @@ test_k8s_experiments.py. The real local environment is never started.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import test_k8s_experiments
 import yaml
-from fake_apiserver import FakeApiServer, FakeCluster
-from k8s_objects import CONTROL_PLANE
-from k8s_scenario import k8s_env_config, k8s_state
-from test_k8s_experiments import EXPERIMENTS, ClusterWithFakeRay
 
 from inferchaos.experiments.cli import main
 from inferchaos.experiments.probes import k8s_probe_of
 from inferchaos.experiments.suites import SUITES
 from inferchaos.faults.ledger import Ledger
 from inferchaos.steady_state.base import Probe
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
-from runner_fakes import FakeProbeFactory, World  # noqa: E402
+from tests.fakes.apiserver import FakeApiServer, FakeCluster
+from tests.fakes.k8s_objects import CONTROL_PLANE
+from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
+from tests.fakes.runner import FakeProbeFactory, World
 
 K8S_SUITE = SUITES["k8s"]
 # A folder suite runs in file-name order.
 FOLDER_ORDER = sorted(K8S_SUITE)
-
-# The fixtures of the whole-experiment tests: an INFERCHAOS_HOME per test, the seeded cluster.
-home = test_k8s_experiments.home
-world_cluster = test_k8s_experiments.world_cluster
 
 
 def _cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:

@@ -5,18 +5,26 @@ from __future__ import annotations
 import copy
 
 import pytest
-from fake_apiserver import FakeCluster
-from k8s_doubles import KindEnv
-from k8s_objects import NS, VLLM_NODE_AFFINITY, VLLM_RS, WORKERS, failed_scheduling, pending_pod, pod
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s.ledger import ForceAntiAffinityDeadlock, SquatGpuLedger, TaintGpuNodes
 from inferchaos.faults.ledger import Ledger
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.k8s_doubles import KindEnv
+from tests.fakes.k8s_objects import (
+    NS,
+    VLLM_NODE_AFFINITY,
+    VLLM_RS,
+    WORKERS,
+    failed_scheduling,
+    pending_pod,
+    pod,
+)
 
 CONTROL_PLANE_TAINT = "1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }"
-PREEMPTION = " preemption: 0/4 nodes are available: 1 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod."  # noqa: E501
+PREEMPTION = " preemption: 0/4 nodes are available: 1 Preemption is not helpful for scheduling, 3 No preemption victims found for incoming pod."
 NO_GPU = f"0/4 nodes are available: {CONTROL_PLANE_TAINT}, 3 Insufficient nvidia.com/gpu.{PREEMPTION}"
-TAINTED = f"0/4 nodes are available: {CONTROL_PLANE_TAINT}, 3 node(s) had untolerated taint {{inferchaos.io/chaos: gpu-unavailable}}.{PREEMPTION}"  # noqa: E501
+TAINTED = f"0/4 nodes are available: {CONTROL_PLANE_TAINT}, 3 node(s) had untolerated taint {{inferchaos.io/chaos: gpu-unavailable}}.{PREEMPTION}"
 ANTI = f"0/4 nodes are available: {CONTROL_PLANE_TAINT}, 3 node(s) didn't match pod anti-affinity rules.{PREEMPTION}"
 
 

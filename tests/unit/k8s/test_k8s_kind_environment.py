@@ -13,12 +13,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from fake_apiserver import FakeCluster
-from k8s_objects import CONTROL_PLANE, GPU_POOL, WORKERS
 from kubernetes.client import ApiClient
 
 from inferchaos.environments.kind.fake_gpus import advertise_fake_gpus
 from inferchaos.errors import EnvironmentStartError
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, WORKERS
 
 KIND = Path(__file__).resolve().parents[3] / "environments" / "kind"
 SAMPLE = {"VLLM_IMAGE": "inferchaos/vllm-cpu:0.32.0", "RAY_IMAGE": "rayproject/ray:2.60.0-py311-cpu",

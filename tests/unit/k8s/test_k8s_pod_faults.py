@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from fake_apiserver import FakeCluster
-from k8s_doubles import KindEnv
-from k8s_objects import NS, VLLM_RS, pod, vllm_pods
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s.pod import KillPods
 from inferchaos.faults.ledger import Ledger
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.k8s_doubles import KindEnv
+from tests.fakes.k8s_objects import NS, VLLM_RS, pod, vllm_pods
 
 VLLM = {"namespace": NS, "label_selector": "app=vllm"}
 

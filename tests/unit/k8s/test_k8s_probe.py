@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from fake_apiserver import FakeCluster
-from k8s_objects import GPU_POOL, NS, VLLM_RS, WORKERS, pending_pod
 from kubernetes.client import ApiClient, Configuration
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.k8s import K8sProbe
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.k8s_objects import GPU_POOL, NS, VLLM_RS, WORKERS, pending_pod
 
 
 def by_name(samples: list[Sample]) -> dict[str, float]:

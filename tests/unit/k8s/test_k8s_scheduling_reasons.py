@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from fake_apiserver import FakeCluster
-from k8s_objects import NS, failed_scheduling, pending_pod, pod
 from kubernetes.client import ApiClient
 
 from inferchaos.primitives.kube.scheduling import (
@@ -13,6 +11,8 @@ from inferchaos.primitives.kube.scheduling import (
     parse_failed_scheduling,
     pending_pod_reasons,
 )
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.k8s_objects import NS, failed_scheduling, pending_pod, pod
 
 GPU_SHORT = (
     "0/4 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "

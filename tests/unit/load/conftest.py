@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from fake_chaos_child import RECORD_ENV
-from load_fakes import FakeBehaviour, FakeOpenAIServer
-from load_helpers import CHAOS_AT_S, CHAOS_RUN_TIME_S, FAKE_CHILD, FLAKY_MODEL, Runs, start_locust
 
-# The runner's own fakes (environment, probes, fault) drive the real Runner in test_load_runner.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
+from tests.fakes.chaos_child import RECORD_ENV
+from tests.fakes.locust_runs import CHAOS_AT_S, CHAOS_RUN_TIME_S, FAKE_CHILD, FLAKY_MODEL, Runs, start_locust
+from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +26,10 @@ def good_server() -> Iterator[FakeOpenAIServer]:
 
 @pytest.fixture(scope="session")
 def flaky_server() -> Iterator[FakeOpenAIServer]:
-    """Like the good server, but every 3rd completion answers HTTP 500 and every 4th (not 3rd) breaks off."""
+    """Like the good server, but every 3rd completion answers HTTP 500, every 4th (not 3rd) breaks
+    off and every 5th (neither) reports an error inside its stream."""
     server = FakeOpenAIServer(
-        FakeBehaviour(chunks=5, first_delay_s=0.05, delay_s=0.02, fail_every=3, break_every=4)
+        FakeBehaviour(chunks=5, first_delay_s=0.05, delay_s=0.02, fail_every=3, break_every=4, error_every=5)
     ).start()
     yield server
     server.stop()

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_helpers import CHAOS_AT_S, CHAOS_RUN_TIME_S, LOCUSTFILE, REPO, Runs
+
+from tests.fakes.locust_runs import CHAOS_AT_S, CHAOS_RUN_TIME_S, LOCUSTFILE, REPO, Runs
 
 
 @pytest.fixture(scope="module")

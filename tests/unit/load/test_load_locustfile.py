@@ -6,10 +6,9 @@ import re
 import subprocess
 import sys
 
-from load_fakes import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
-from load_helpers import FLAKY_MODEL, LOCUSTFILE, REPO, Runs
-
 from inferchaos.experiments.load import LOAD_PROFILES
+from tests.fakes.locust_runs import FLAKY_MODEL, LOCUSTFILE, REPO, Runs
+from tests.fakes.openai_server import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 
 FIRST_DELAY_MS = 50.0
 DELAY_MS = 20.0
@@ -66,7 +65,10 @@ def test_a_failed_stream_fires_e2e_with_its_error(runs: Runs) -> None:
     }
     refused = sum(n for error, n in failures.items() if "HTTP 500" in error)
     broken = sum(n for error, n in failures.items() if "HTTP 500" not in error)
-    assert refused >= 1 and broken >= 1, failures
+    errored = sum(
+        n for error, n in failures.items() if "error event:" in error and "injected mid-stream" in error
+    )
+    assert refused >= 1 and broken >= 1 and errored >= 1, failures
     e2e = runs.flaky.last_row("e2e")
     assert int(e2e["Total Failure Count"]) == refused + broken
     assert int(e2e["Total Request Count"]) > refused + broken

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from load_helpers import Runs
 
 from inferchaos.errors import ProbeError
 from inferchaos.experiments.load import HistoryReader, LoadProbe, LocustLoad, history_samples
 from inferchaos.layers import Layer
+from tests.fakes.locust_runs import Runs
 
 HEADER = (
     "Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%,"

@@ -13,7 +13,6 @@ from typing import Any
 
 import psutil
 import pytest
-from load_fakes import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 
 from inferchaos.errors import ConfigError
 from inferchaos.experiments.load import (
@@ -30,6 +29,7 @@ from inferchaos.primitives.processes import spawn_process_group
 from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.sampler import Sampler
 from inferchaos.steady_state.timeline import Timeline
+from tests.fakes.openai_server import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 
 BOUND_S = 30.0
 

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_fakes import FakeBehaviour, FakeOpenAIServer
-from runner_fakes import FakeEnv, FakeFault, FakeProbeFactory, World, make_spec
 
 from inferchaos.experiments.load import LoadedCanary, LoadOptions, load_probe_factory
 from inferchaos.experiments.runner import Runner, RunOptions
@@ -25,6 +23,8 @@ from inferchaos.experiments.verdict import Status, Verdict
 from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
+from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
+from tests.fakes.runner import FakeEnv, FakeFault, FakeProbeFactory, World, make_spec
 
 
 @dataclass

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from report_helpers import RUN_NAMES, copy_run
 
 from inferchaos.reports.render import render_index, render_run
+from tests.fakes.report_runs import RUN_NAMES, copy_run
 
 
 @pytest.fixture

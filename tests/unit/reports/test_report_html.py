@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_helpers import RUN_NAMES, edit_json, read_json
 
 from inferchaos.reports.plots import PLOTS
 from inferchaos.reports.render import render_run
+from tests.fakes.report_runs import RUN_NAMES, edit_json, read_json
 
 PLOT_IDS = [spec.id for spec in PLOTS]
 FAULT_MARKS = ("fault-window", "injected", "reverted", "recovered")

@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-from report_helpers import RUN_NAMES, copy_run, read_json
 
 from inferchaos.reports.index import find_runs, sparkline
 from inferchaos.reports.render import ReportError, render_index
+from tests.fakes.report_runs import RUN_NAMES, copy_run, read_json
 
 
 def table_rows(html: str, table_id: str) -> list[str]:

@@ -7,10 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from report_helpers import edit_json, read_json
-
 from inferchaos.reports.junit import junit_xml
 from inferchaos.reports.load import load_run
+from tests.fakes.report_runs import edit_json, read_json
 
 OUTCOMES = ("failure", "error", "skipped")
 

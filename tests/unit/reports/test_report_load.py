@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_helpers import RUN_NAMES, edit_json
 
 from inferchaos.errors import InferchaosError
 from inferchaos.reports.load import Status, load_run
 from inferchaos.reports.render import ReportError, render_run
 from inferchaos.steady_state.slo import Phase
+from tests.fakes.report_runs import RUN_NAMES, edit_json
 
 
 @pytest.mark.parametrize("name", RUN_NAMES)

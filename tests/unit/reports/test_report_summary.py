@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_helpers import RUN_NAMES, edit_json, read_json
 
 from inferchaos.reports.load import load_run
 from inferchaos.reports.summary import render_summary
+from tests.fakes.report_runs import RUN_NAMES, edit_json, read_json
 
 
 def summary(rendered: Path, name: str) -> str:

@@ -11,7 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from runner_fakes import (
+
+from inferchaos.errors import FaultError
+from inferchaos.experiments.spec import ExperimentSpec
+from tests.fakes.runner import (
     EXPERIMENT_SECRET,
     LONG_DURING_S,
     RAY_TOKEN,
@@ -22,9 +25,6 @@ from runner_fakes import (
     make_spec,
     run_fake_experiment,
 )
-
-from inferchaos.errors import FaultError
-from inferchaos.experiments.spec import ExperimentSpec
 
 
 def _run(

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from runner_fakes import FakeEnv, RunResult, make_spec
 
 from inferchaos.errors import EnvironmentError_
 from inferchaos.experiments.runner import RunOptions, run_experiment
 from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
+from tests.fakes.runner import FakeEnv, RunResult, make_spec
 
 
 def test_baseline_not_met_aborts_without_injecting(baseline_failed_run: RunResult) -> None:

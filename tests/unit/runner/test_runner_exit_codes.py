@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner_fakes import FakeEnv, RunResult
 
 import inferchaos.experiments.cli as cli
 from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Status, Verdict
+from tests.fakes.runner import FakeEnv, RunResult
 
 REPO = Path(__file__).resolve().parents[3]
 KV_FLOOD = REPO / "experiments" / "kv_flood.yaml"

@@ -7,10 +7,17 @@ import signal
 from pathlib import Path
 
 import pytest
-from runner_fakes import FAKE_FAULT, LONG_DURING_S, FaultScript, RunResult, make_spec, run_fake_experiment
 
 from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
+from tests.fakes.runner import (
+    FAKE_FAULT,
+    LONG_DURING_S,
+    FaultScript,
+    RunResult,
+    make_spec,
+    run_fake_experiment,
+)
 
 
 def assert_reverted_once_after_inject(result: RunResult) -> None:

@@ -6,7 +6,8 @@ import csv
 import json
 
 import pytest
-from runner_fakes import DEFAULT_RECOVERY, EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
+
+from tests.fakes.runner import DEFAULT_RECOVERY, EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
 
 JOURNAL_KEYS = {"chaoslib-version", "experiment", "start", "end", "status", "deviated", "steady_states", "run",
                 "rollbacks"}  # fmt: skip

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runner_fakes import FaultScript, World, make_spec, run_fake_experiment
 
 import inferchaos.experiments.runner as runner_module
 from inferchaos.experiments.verdict import Status
+from tests.fakes.runner import FaultScript, World, make_spec, run_fake_experiment
 
 
 def test_without_a_breach_triage_looks_over_the_whole_fault_window(

@@ -45,6 +45,8 @@ class FakeServer:
     chunk_delay_s: float = 0.0
     hang: asyncio.Event | None = None
     replica_header: str = "replica-0"
+    # Sent as `data: {"error": ...}` after the first chunk, as vLLM reports a failure mid-stream.
+    stream_error: str = ""
     metrics_served: int = 0
     completions_started: int = 0
     url: str = ""
@@ -81,6 +83,9 @@ def _app(state: FakeServer) -> web.Application:
             await asyncio.sleep(state.chunk_delay_s)
             chunk = {"choices": [{"text": f"t{index}"}], "model": body["model"]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if state.stream_error:
+                await response.write(f"data: {json.dumps({'error': state.stream_error})}\n\n".encode())
+                break
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

@@ -81,6 +81,18 @@ async def test_http_errors_are_failures_not_crashes(fake_server: FakeServer, can
     assert not any(s.probe in ("canary.ttft_s", "canary.e2e_s") for s in samples)
 
 
+async def test_an_error_event_inside_a_started_stream_is_a_failure(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    fake_server.stream_error = "engine core died"
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 3)
+    assert successes(samples) and set(successes(samples)) == {0.0}
+    # The first token did arrive before the error: its TTFT is real, the e2e of a failure is not.
+    assert any(s.probe == "canary.ttft_s" for s in samples)
+    assert not any(s.probe == "canary.e2e_s" for s in samples)
+
+
 async def test_refused_front_door_is_data_with_success_0(refused_url: str) -> None:
     probe = CanaryProbe(CanaryConfig(refused_url, "tiny-llama", rate_per_s=20.0))
     await probe.start()

@@ -4,7 +4,8 @@
 Deployment of ``manifests/vllm.yaml``: one replica per GPU worker by required anti-affinity,
 one fake GPU each, short unreachable tolerations; the Ray token Secret), with each vLLM Pod's
 address and port pointing at a real server when ``replica_ports`` are given.
-:func:`k8s_env_config` writes the matching environment config for the driver.
+:func:`k8s_env_config` writes the matching environment config for the driver, and
+:class:`ClusterWithFakeRay` drives it with Ray and vLLM answering from the runner's fakes.
 """
 
 from __future__ import annotations
@@ -14,16 +15,22 @@ import copy
 import json
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
-from fake_apiserver import FakeCluster
-from fake_control_plane import FakeControlPlane, with_default_tolerations
-from k8s_doubles import RUNTIME_SCRIPT, FakeRuntime
-from k8s_objects import CONTROL_PLANE, GPU_POOL, NS, WORKERS, node, pod
 
 from inferchaos.environments.k8s_config import K8sEnvConfig, load_k8s_env_config
+from inferchaos.environments.k8s_env import K8sEnvironment
+from inferchaos.primitives.env_status import EnvStatus
+from tests.fakes.apiserver import FakeCluster
+from tests.fakes.control_plane import FakeControlPlane, with_default_tolerations
+from tests.fakes.k8s_doubles import RUNTIME_SCRIPT, FakeRuntime
+from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, NS, WORKERS, node, pod
+from tests.fakes.runner import FakeEnv
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 CONTEXT = "kind-inferchaos"
 TOKEN_SECRET = "ray-auth-token"
@@ -152,3 +159,14 @@ def k8s_state(cluster: FakeCluster) -> dict[str, Any]:
         for p in cluster.objects["pods"].values()
     )  # fmt: skip
     return {"nodes": nodes, "deployment_spec": deployment["spec"] if deployment else None, "pods": pods}
+
+
+class ClusterWithFakeRay(K8sEnvironment):
+    """The real driver; only Ray and vLLM, which unit tests do not run, answer from the runner's fakes."""
+
+    def status(self) -> EnvStatus:
+        status = FakeEnv(name=self.name).status()
+        return replace(status, model=replace(status.model, name=self.config.vllm.model))
+
+    def connect_ray(self) -> None:
+        """No Ray here."""

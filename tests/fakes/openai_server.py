@@ -6,7 +6,7 @@ first token waits ``first_delay_s`` and every later one ``delay_s``, so a client
 inter-token latency have known lower bounds. It runs on its own event loop in a thread,
 because the tests block on Locust subprocesses while it serves.
 
-Run it alone (``python tests/unit/load/load_fakes.py --port 8123``) to try Locust by hand.
+Run it alone (``python -m tests.fakes.openai_server --port 8123``) to try Locust by hand.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class FakeBehaviour:
     delay_s: float = 0.02
     fail_every: int = 0  # every n-th completion answers 500; 0 never
     break_every: int = 0  # every n-th completion drops the connection after its first chunk
+    error_every: int = 0  # every n-th completion sends vLLM's in-stream error event after its first chunk
     completions: int = 0
     models_seen: list[str] = field(default_factory=list)
     prompt_chars: list[int] = field(default_factory=list)
@@ -68,13 +69,19 @@ def build_app(behaviour: FakeBehaviour) -> web.Application:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         broken = behaviour.break_every and behaviour.completions % behaviour.break_every == 0
+        errored = behaviour.error_every and behaviour.completions % behaviour.error_every == 0
         for index in range(behaviour.chunks):
             await asyncio.sleep(behaviour.first_delay_s if index == 0 else behaviour.delay_s)
             await response.write(_event({"id": "cmpl-1", "choices": [{"index": 0, "text": f" t{index}"}]}))
             if broken and request.transport is not None:
                 request.transport.close()
                 return response
-        if (body.get("stream_options") or {}).get("include_usage"):
+            if errored:
+                await response.write(
+                    _event({"error": {"message": "injected mid-stream failure", "code": 500}})
+                )
+                break
+        if not errored and (body.get("stream_options") or {}).get("include_usage"):
             usage = {
                 "prompt_tokens": 3,
                 "completion_tokens": behaviour.chunks,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_fakes import FakeLocalEnv
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.state import LocalEnvState
+from tests.fakes.gpu import FakeLocalEnv
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Fixtures of the Kubernetes-layer tests: one fake API server per session, a fresh kind-like
-cluster per test, the real ``kubernetes`` client pointed at it over loopback.
+cluster per test, the real ``kubernetes`` client pointed at it over loopback; and, for the
+whole-experiment tests, the kind environment seeded with its control plane running.
 
 Every test ends by asserting that no request body failed the Kubernetes schema check.
 """
@@ -11,16 +12,18 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer, FakeCluster
-from k8s_doubles import RUNTIME_SCRIPT, FakeRuntime, KindEnv
-from k8s_objects import GPU_POOL, NS, WORKERS, kind_cluster
 from kubernetes.client import ApiClient, Configuration
 
 from inferchaos.faults.ledger import Ledger
 from inferchaos.primitives.kube.allowlist import K8sAllowList
 from inferchaos.primitives.kube.client import K8sTarget
+from tests.fakes.apiserver import FakeApiServer, FakeCluster
+from tests.fakes.k8s_doubles import RUNTIME_SCRIPT, FakeRuntime, KindEnv
+from tests.fakes.k8s_objects import GPU_POOL, NS, WORKERS, kind_cluster
+from tests.fakes.k8s_scenario import control_plane, make_runtime, seed_kind_environment
 
 CONTEXT = "kind-inferchaos"
 
@@ -81,3 +84,24 @@ def unwritable_ledger() -> Ledger:
     if not folder.is_dir():
         pytest.skip("needs Linux sysfs for a folder nobody can write")
     return Ledger(folder)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private INFERCHAOS_HOME for a whole-experiment test."""
+    monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def world_cluster(
+    fake_server: FakeApiServer, tmp_path: Path, home: Path
+) -> Iterator[tuple[FakeCluster, Any]]:
+    """The kind environment seeded behind the fake server, its controllers running; and its runtime."""
+    fake_server.cluster = seed_kind_environment(FakeCluster(), "token")
+    runtime = make_runtime(tmp_path)
+    controllers = control_plane(lambda: fake_server.cluster, runtime)
+    controllers.start()
+    yield fake_server.cluster, runtime
+    controllers.stop()
+    assert fake_server.cluster.rejected == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fake_apiserver import FakeCluster
+from tests.fakes.apiserver import FakeCluster
 
 NS = "inferchaos"
 WORKERS = ("inferchaos-worker", "inferchaos-worker2", "inferchaos-worker3")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fake_apiserver import FakeCluster, label_selector_matches, now_rfc3339
+from tests.fakes.apiserver import FakeCluster, label_selector_matches, now_rfc3339
 
 logger = logging.getLogger(__name__)
 

@@ -413,7 +413,7 @@ def run_fake_experiment(
     error: Exception | None = None
     try:
         verdict = runner.run()
-    except Exception as e:  # noqa: BLE001 - kept for the test to judge, re-raised otherwise
+    except Exception as e:  # kept for the test to judge, re-raised otherwise
         if not keep_error:
             raise
         error = e

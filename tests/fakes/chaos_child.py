@@ -1,6 +1,6 @@
 """A harmless stand-in for ``python -m experiments.cli`` that the locustfile's --chaos starts.
 
-Invoked as ``fake_chaos_child.py run <experiment> --out <dir>``. It records when it started,
+Invoked as ``chaos_child.py run <experiment> --out <dir>``. It records when it started,
 its argv, and when it got SIGINT into the JSON file named by $FAKE_CHAOS_RECORD, and, like
 the runner, writes ``<out>/<stamp>-fake/verdict.json`` before exiting (130 on SIGINT).
 """

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-FIXTURE_RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
+FIXTURE_RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 RUN_NAMES = ("passed_kv_flood", "failed_kv_flood", "aborted_pg_stall", "probe_error_node_loss")
 
 

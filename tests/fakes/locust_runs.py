@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO / "experiments" / "locustfile.py"
-FAKE_CHILD = Path(__file__).resolve().with_name("fake_chaos_child.py")
+FAKE_CHILD = Path(__file__).resolve().with_name("chaos_child.py")
 LOCUST_BOUND_S = 60.0
 CHAOS_AT_S = 2.0
 CHAOS_RUN_TIME_S = 5

@@ -1,0 +1,1 @@
+"""The test suite (a package, so that the shared fakes import as ``tests.fakes``)."""
