@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from kubernetes.client import V1DeleteOptions, V1Preconditions
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle
-from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, timestamps
+from inferchaos.faults.k8s.base import K8sFault
+from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.primitives.kube.api import api_errors, read_if_exists
 from inferchaos.primitives.kube.client import K8sTarget
@@ -61,6 +62,7 @@ class KillPods(K8sFault[KillPodsParams]):
 
     name = "k8s.kill_pods"
     params_type = KillPodsParams
+    rollback_keys = ("namespace", "label_selector")
 
     def _plan(self, target: K8sTarget, params: KillPodsParams) -> Planned:
         target.allow.ensure_namespace(self.name, params.namespace)
@@ -98,7 +100,7 @@ class KillPods(K8sFault[KillPodsParams]):
         )
         return Planned(description, names, state)
 
-    def _act(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle) -> None:
+    def _act(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle, ledger: Ledger) -> None:
         for pod in handle.state["pods"]:
             # The uid precondition makes sure a same-named replacement is never the one deleted.
             options = V1DeleteOptions(
@@ -108,7 +110,7 @@ class KillPods(K8sFault[KillPodsParams]):
             with api_errors(f"delete pod {params.namespace}/{pod['name']}", tolerate=(404, 409)):
                 target.core.delete_namespaced_pod(pod["name"], params.namespace, body=options)
 
-    def _undo(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle) -> None:
+    def _undo(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle, ledger: Ledger) -> None:
         logger.info("%s: nothing to restore; the Pods' controllers replace them", self.name)
 
     def _evidence(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle) -> Evidence:
