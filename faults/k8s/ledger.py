@@ -173,8 +173,8 @@ class SquatGpuLedger(K8sFault[SquatParams]):
         if params.nodes is not None:
             target.allow.ensure_nodes(self.name, target.core, params.nodes)
         with api_errors("list nodes and Pods to count free GPUs"):
-            nodes = target.core.list_node(label_selector=target.allow.node_selector or None).items
-            pods = target.core.list_pod_for_all_namespaces(
+            nodes: list[Any] = target.core.list_node(label_selector=target.allow.node_selector or None).items
+            pods: list[Any] = target.core.list_pod_for_all_namespaces(
                 field_selector=",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
             ).items
         used: dict[str, int] = {}
@@ -241,7 +241,7 @@ class SquatGpuLedger(K8sFault[SquatParams]):
         holding: dict[str, int] = {}
         for squat in handle.state["pods"]:
             what = f"read squatter pod {params.namespace}/{squat['name']}"
-            pod = read_if_exists(what, target.core.read_namespaced_pod, squat["name"], params.namespace)
+            pod: Any = read_if_exists(what, target.core.read_namespaced_pod, squat["name"], params.namespace)
             if pod is not None and pod.spec.node_name == squat["node"]:
                 holding[squat["name"]] = squat["gpus"]
         squatters = {s["name"] for s in handle.state["pods"]}
@@ -352,7 +352,7 @@ class TaintGpuNodes(K8sFault[TaintParams]):
 
     def _plan(self, target: K8sTarget, params: TaintParams) -> Planned:
         with api_errors(f"list nodes {params.label_selector!r}"):
-            picked = target.core.list_node(label_selector=params.label_selector).items
+            picked: list[Any] = target.core.list_node(label_selector=params.label_selector).items
         gpu_nodes = sorted(
             (n for n in picked if allocatable(n, params.resource)), key=lambda n: n.metadata.name
         )
@@ -386,7 +386,7 @@ class TaintGpuNodes(K8sFault[TaintParams]):
         tainted = []
         for name in handle.state["nodes"]:
             with api_errors(f"read node {name}"):
-                node = target.core.read_node(name)
+                node: Any = target.core.read_node(name)
             if any(t.key == params.key and t.effect == params.effect for t in (node.spec.taints or [])):
                 tainted.append(name)
         waiting = _pending_for(target, ReasonKind.UNTOLERATED_TAINT, params.key)
@@ -524,7 +524,7 @@ class ForceAntiAffinityDeadlock(K8sFault[AntiAffinityParams]):
         pending = pending_pod_reasons(target.api_client, params.namespace, selector)
         stuck = [p for p in pending if p.blocked_by(ReasonKind.POD_ANTI_AFFINITY)]
         with api_errors(f"read deployment {params.namespace}/{params.deployment}"):
-            status = target.apps.read_namespaced_deployment(params.deployment, params.namespace).status
+            status: Any = target.apps.read_namespaced_deployment(params.deployment, params.namespace).status
         ready = status.ready_replicas or 0
         reason = (
             f"{len(stuck)} Pod(s) of {params.deployment} Pending for pod anti-affinity; "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes.client import V1DeleteOptions, V1Eviction, V1Node, V1ObjectMeta, V1Preconditions
 from kubernetes.client.exceptions import ApiException
@@ -150,7 +151,7 @@ class DrainNode(K8sFault[DrainParams]):
         _schedulable_node(self.name, target, params.node)
         target.allow.ensure_max_targets(self.name, "node(s)", [params.node])
         with api_errors(f"list the Pods on node {params.node}"):
-            pods = target.core.list_pod_for_all_namespaces(
+            pods: list[Any] = target.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={params.node}"
             ).items
         evict: list[dict[str, str]] = []
@@ -246,7 +247,7 @@ class DrainNode(K8sFault[DrainParams]):
 
 def _pod_exists(target: K8sTarget, namespace: str, pod: dict[str, str]) -> bool:
     """Whether the very Pod (same uid) still exists, terminating or not."""
-    live = read_if_exists(
+    live: Any = read_if_exists(
         f"read pod {namespace}/{pod['name']}", target.core.read_namespaced_pod, pod["name"], namespace
     )
     return live is not None and live.metadata.uid == pod["uid"]
@@ -280,7 +281,8 @@ class DeleteNode(K8sFault[NodeParams]):
             return  # still there, or the kubelet registered it again
         # 409: the kubelet registered the node between our read and our create.
         with api_errors(f"recreate node {params.node}", tolerate=(409,)):
-            target.core.create_node(V1Node.from_dict(handle.state["manifest"]))
+            node: Any = V1Node.from_dict(handle.state["manifest"])
+            target.core.create_node(node)
 
     def _evidence(self, target: K8sTarget, params: NodeParams, handle: FaultHandle) -> Evidence:
         present = read_if_exists(f"read node {params.node}", target.core.read_node, params.node) is not None

@@ -12,6 +12,7 @@ import logging
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes.client import V1DeleteOptions, V1Preconditions
 
@@ -67,7 +68,7 @@ class KillPods(K8sFault[KillPodsParams]):
     def _plan(self, target: K8sTarget, params: KillPodsParams) -> Planned:
         target.allow.ensure_namespace(self.name, params.namespace)
         with api_errors(f"list Pods {params.label_selector!r} in {params.namespace}"):
-            pods = target.core.list_namespaced_pod(
+            pods: list[Any] = target.core.list_namespaced_pod(
                 params.namespace, label_selector=params.label_selector
             ).items
         allowed_nodes = target.allow.allowed_nodes(target.core) if target.allow.node_selector else None
@@ -117,7 +118,7 @@ class KillPods(K8sFault[KillPodsParams]):
         killed, survived, replaced = [], [], []
         for pod in handle.state["pods"]:
             what = f"read pod {params.namespace}/{pod['name']}"
-            live = read_if_exists(what, target.core.read_namespaced_pod, pod["name"], params.namespace)
+            live: Any = read_if_exists(what, target.core.read_namespaced_pod, pod["name"], params.namespace)
             if live is None:
                 killed.append(pod["name"])
             elif live.metadata.uid != pod["uid"]:

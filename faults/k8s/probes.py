@@ -28,7 +28,7 @@ def deployment_must_be_ready(
     env = env_from_configuration(configuration, secrets)
     try:
         with api_errors(f"read deployment {namespace}/{deployment}"):
-            found = env.k8s.apps.read_namespaced_deployment(deployment, namespace)
+            found: Any = env.k8s.apps.read_namespaced_deployment(deployment, namespace)
     finally:
         env.k8s.api_client.close()
     return (found.status.ready_replicas or 0) >= (found.spec.replicas or 0)

@@ -81,7 +81,7 @@ def _kill_actor(actor_id: str) -> bool:
     from ray.util.state import get_actor
 
     info = get_actor(actor_id)
-    if info is None or info.state == "DEAD":
+    if info is None or info.state == "DEAD" or info.name is None:
         return False
     try:
         ray.kill(ray.get_actor(info.name, namespace=LEAK_NAMESPACE), no_restart=True)
@@ -172,7 +172,7 @@ class LeakActors(LocalProcessFault[LeakParams]):
         import ray
 
         leaky = type(p.class_name, (LeakyWorker,), {"__module__": __name__})
-        remote_cls = ray.remote(num_gpus=p.num_gpus, num_cpus=p.num_cpus)(leaky)
+        remote_cls: Any = ray.remote(num_gpus=p.num_gpus, num_cpus=p.num_cpus)(leaky)
         for index in range(p.actors):
             if stop.is_set():
                 return

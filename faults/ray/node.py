@@ -53,6 +53,11 @@ def _endpoint_answers(url: str) -> bool:
     return True
 
 
+def _wait_unreachable(url: str) -> float | None:
+    """The time ``url`` stopped answering, or None if it still answers after a few seconds."""
+    return wait_until(lambda: not _endpoint_answers(url), 5.0, 0.2)
+
+
 @register
 class KillNode(LocalProcessFault[KillNodeParams]):
     """SIGKILL every process of one Ray worker node."""
@@ -137,10 +142,8 @@ class KillNode(LocalProcessFault[KillNodeParams]):
             params.wait_dead_s,
             0.2,
         )
-        handle.state["replica_unreachable_at"] = {
-            name: wait_until(lambda u=url: not _endpoint_answers(u), 5.0, 0.2)
-            for name, url in handle.state["replica_urls"].items()
-        }
+        urls: dict[str, str] = handle.state["replica_urls"]
+        handle.state["replica_unreachable_at"] = {name: _wait_unreachable(url) for name, url in urls.items()}
 
     def _undo(
         self, env: RayProcessEnvironment, params: KillNodeParams, handle: FaultHandle, ledger: Ledger

@@ -168,7 +168,7 @@ class _FloodThread(threading.Thread):
             gate = asyncio.Semaphore(s.concurrency)
             monitor = asyncio.create_task(self._monitor(client))
             launcher = asyncio.create_task(self._launch(client, gate))
-            stop_wait = asyncio.create_task(self._stop_event.wait())
+            stop_wait: asyncio.Task[Any] = asyncio.create_task(self._stop_event.wait())
             waits = {stop_wait}
             if s.duration_s:
                 waits.add(asyncio.create_task(asyncio.sleep(s.duration_s)))

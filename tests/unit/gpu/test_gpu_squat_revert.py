@@ -119,3 +119,13 @@ def test_rollback_action_reverts_only_squat_entries(inferchaos_home: Path) -> No
     assert rollback_squat_device_memory() == [squat.id]
     assert [h.id for h in ledger.entries()] == [other.id]
     assert rollback_squat_device_memory() == []
+
+
+def test_rollback_action_reverts_an_entry_an_older_release_wrote(inferchaos_home: Path) -> None:
+    ledger = Ledger()
+    old = _handle({"squatter_pid": _gone_pid()})
+    old.fault = "squat_device_memory"  # the name before faults were <layer>.<verb>
+    ledger.record(old)
+
+    assert rollback_squat_device_memory() == [old.id]
+    assert ledger.is_empty()
