@@ -6,36 +6,29 @@ plain `chaos run` of an experiment file honest about the basics.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from inferchaos.faults.actions import Configuration, Secrets, open_environment, open_ledger, shared_fault
+from inferchaos.faults import actions
+from inferchaos.faults.actions import Configuration, Secrets, open_local_environment
 from inferchaos.primitives.openai_stream import stream_completion
 
 
 def front_door_serves(configuration: Configuration = None, secrets: Secrets = None) -> bool:
     """True when a short streamed completion comes back through the front door."""
-    status = open_environment(configuration).status()
+    status = open_local_environment(configuration).status()
     return stream_completion(status.front_door.url, status.model.name, "ping", max_tokens=4, timeout_s=30).ok
 
 
 def healthy_replicas(configuration: Configuration = None, secrets: Secrets = None) -> int:
     """How many vLLM replicas answer /health with 200."""
-    return sum(1 for r in open_environment(configuration).status().vllm.replicas if r.healthy)
+    return sum(1 for r in open_local_environment(configuration).status().vllm.replicas if r.healthy)
 
 
 def environment_status(configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
     """The environment's status document (as `inferchaos env status --json` prints it)."""
-    return open_environment(configuration).status().to_dict()
+    return dict(open_local_environment(configuration).status().to_dict())
 
 
 def fault_effect(fault: str, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
-    """Evidence of every live injection of ``fault``: did it bite, and how (for the journal)."""
-    env = open_environment(configuration)
-    implementation = shared_fault(fault)
-    evidence = [
-        asdict(implementation.evidence(env, h))
-        for h in open_ledger(configuration).entries()
-        if h.fault == fault
-    ]
-    return {"effect_observed": bool(evidence) and all(e["bit"] for e in evidence), "evidence": evidence}
+    """Evidence of every live injection of ``fault`` (``<layer>.<verb>``): did it bite, and how (for the journal)."""
+    return actions.fault_effect(fault, configuration, secrets)

@@ -1,37 +1,29 @@
 """Loading and completely validating an experiment file before anything is touched.
 
 An experiment is a valid Chaos Toolkit experiment (its fault is a python-provider action of
-one of our `faults.<layer>.actions` modules) extended with the inferchaos keys `slos`,
+one of our `inferchaos.faults.<layer>.actions` modules, which the fault registry lists) extended with the inferchaos keys `slos`,
 `recovery`, `stop_conditions`, `environment` and `baseline`. Every problem is a ConfigError
 whose one line names the file and the key path, e.g. ``kv_flood.yaml: slos[1].op: ...``.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
-import types
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import yaml
 
 from inferchaos.errors import ConfigError
+from inferchaos.faults import registry
+from inferchaos.faults.base import TypedFault
+from inferchaos.params import parse_params
 from inferchaos.steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
 
 logger = logging.getLogger(__name__)
 
-FAULT_ACTION_MODULES = (
-    "inferchaos.faults.ray.actions",
-    "inferchaos.faults.vllm.actions",
-    "inferchaos.faults.gpu.actions",
-    "inferchaos.faults.k8s.actions",
-)
 ENVIRONMENTS = ("local", "kind", "cluster")
-CTK_PARAMS = {"configuration", "secrets"}
 # Before 0.2 the packages were installed top-level (`faults.vllm.actions`); they now live under
 # the one `inferchaos` namespace, and a YAML that still names the old path is told the new one.
 OLD_TOP_LEVEL_PACKAGES = ("experiments", "faults", "steady_state", "environments", "reports")
@@ -52,11 +44,14 @@ def _ensure_providers_use_the_namespace(raw: dict[str, Any], path: Path) -> None
                     f"{section}[{index}].provider.module",
                     f"{module!r} moved: use 'inferchaos.{module}'",
                 )
+            if isinstance(module, str) and module in registry.MOVED_ACTION_MODULES:
+                new = registry.MOVED_ACTION_MODULES[module]
+                raise _fail(path, f"{section}[{index}].provider.module", f"{module!r} moved: use {new!r}")
 
 
 @dataclass(frozen=True)
 class FaultStep:
-    """The method action that injects the fault, read as a registered fault and its parameters."""
+    """The method action that injects the fault, read as a registered fault (``<layer>.<verb>``) and its parameters."""
 
     index: int
     action_name: str
@@ -119,25 +114,8 @@ def _positive(path: Path, key: str, value: Any) -> float:
     return float(value)
 
 
-def _annotation_accepts(annotation: Any, value: Any) -> bool:
-    """Whether ``value`` fits a simple annotation (str, int, float, bool, None and unions of them)."""
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_annotation_accepts(arg, value) for arg in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(annotation, type):
-        return isinstance(value, annotation)
-    return True
-
-
 def _fault_step(path: Path, method: list[Any]) -> FaultStep:
+    modules = registry.action_modules()
     steps = []
     for index, activity in enumerate(method):
         key = f"method[{index}]"
@@ -146,50 +124,56 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
         provider = activity.get("provider")
         if not isinstance(provider, dict):
             raise _fail(path, f"{key}.provider", "required: a mapping with type, module and func")
-        if activity.get("type") == "action" and provider.get("module") in FAULT_ACTION_MODULES:
+        if activity.get("type") == "action" and provider.get("module") in modules:
             steps.append((index, activity, provider))
     if len(steps) != 1:
         raise _fail(
-            path,
-            "method",
-            f"needs exactly one fault action from {', '.join(FAULT_ACTION_MODULES)}; found {len(steps)}",
+            path, "method", f"needs exactly one fault action from {', '.join(modules)}; found {len(steps)}"
         )
     index, activity, provider = steps[0]
     key = f"method[{index}]"
     module_name, func = provider["module"], provider.get("func")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise _fail(path, f"{key}.provider.module", f"cannot import {module_name}: {e}") from e
-    fault_of: dict[str, str] = getattr(module, "FAULT_OF", {})
-    if func not in fault_of:
-        raise _fail(
-            path, f"{key}.provider.func", f"unknown fault {func!r}; {module_name} has {sorted(fault_of)}"
-        )
+    fault_name = registry.fault_of_action(module_name, str(func))
+    if fault_name is None:
+        offered = registry.actions_of(module_name)
+        raise _fail(path, f"{key}.provider.func", f"unknown fault {func!r}; {module_name} has {offered}")
     arguments = provider.get("arguments", {}) or {}
     if not isinstance(arguments, dict):
         raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")
-    signature = inspect.signature(getattr(module, func))
-    hints = typing.get_type_hints(getattr(module, func))
-    for name, value in arguments.items():
-        if name not in signature.parameters or name in CTK_PARAMS:
-            allowed = sorted(set(signature.parameters) - CTK_PARAMS)
-            raise _fail(path, f"{key}.provider.arguments.{name}", f"unknown argument; {func} takes {allowed}")
-        if not _annotation_accepts(hints.get(name, inspect.Parameter.empty), value):
-            raise _fail(
-                path,
-                f"{key}.provider.arguments.{name}",
-                f"must be {hints[name]}, got {type(value).__name__} {value!r}",
-            )
-        if name.endswith("_s") and value is not None:
-            _positive(path, f"{key}.provider.arguments.{name}", value)
+    _check_arguments(path, f"{key}.provider.arguments", fault_name, str(func), arguments)
     pauses = activity.get("pauses") or {}
     if "after" not in pauses:
         raise _fail(path, f"{key}.pauses.after", "required: how long the fault stays active, in seconds")
     duration = _positive(path, f"{key}.pauses.after", pauses["after"])
     return FaultStep(
-        index, str(activity.get("name", func)), module_name, func, fault_of[func], dict(arguments), duration
+        index, str(activity.get("name", func)), module_name, str(func), fault_name, dict(arguments), duration
     )
+
+
+def _check_arguments(path: Path, key: str, fault_name: str, func: str, arguments: dict[str, Any]) -> None:
+    """Each argument against the fault's parameter dataclass (so the error names it), then all together."""
+    fault = registry.get_fault(fault_name)
+    if not isinstance(fault, TypedFault):
+        return
+    hints = get_type_hints(fault.params_type)
+    given = {name: value for name, value in arguments.items() if value is not None}
+    for name, value in arguments.items():
+        if name not in hints:
+            raise _fail(path, f"{key}.{name}", f"unknown argument; {func} takes {sorted(hints)}")
+        if value is None:
+            continue  # the action drops it: the parameter keeps its default
+        # One parameter alone, typed as in the fault's dataclass, so the message names its key.
+        alone = make_dataclass("Argument", [(name, hints[name])])
+        try:
+            parse_params(fault_name, alone, {name: value})
+        except ConfigError as e:
+            raise _fail(path, f"{key}.{name}", str(e)) from e
+        if name.endswith("_s"):
+            _positive(path, f"{key}.{name}", value)
+    try:
+        fault.parse(given)
+    except ConfigError as e:
+        raise _fail(path, key, str(e)) from e
 
 
 def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:

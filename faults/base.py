@@ -1,19 +1,34 @@
-"""The fault contract (design.md "Fault"): plan, inject, revert, evidence.
+"""The fault contract (design.md "Fault"): plan, inject, revert, evidence; and the one base that keeps it.
 
 A fault is a named, layer-tagged injector. ``inject`` writes a ledger entry *before* it
 acts and keeps what ``revert`` needs in the handle; ``revert`` is idempotent and removes
 the entry; ``evidence`` says, with the symptom a user would see, whether the fault bit.
+
+:class:`TypedFault` implements that sequence once: parameters are parsed into the fault's
+own dataclass (``params_type``) by :func:`inferchaos.params.parse_params`, the environment is
+narrowed to the capability the fault acts through, and the fault supplies only its steps
+(``_plan``, ``_act``, ``_undo``, ``_evidence``).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
+from inferchaos.params import parse_params
+from inferchaos.primitives.capabilities import NamedEnvironment
+
+if TYPE_CHECKING:
+    from inferchaos.faults.ledger import Ledger
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,10 +68,15 @@ class Evidence:
 
 
 class Fault(ABC):
-    """Base of every injector. Subclasses set ``name`` and ``layer``."""
+    """What the runner, `inferchaos cleanup` and the Chaos Toolkit adapter call.
+
+    ``name`` is ``<layer>.<verb>``; ``aliases`` are names older releases used, still accepted
+    on lookup (see :mod:`faults.registry`).
+    """
 
     name: ClassVar[str]
     layer: ClassVar[Layer]
+    aliases: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
@@ -73,3 +93,139 @@ class Fault(ABC):
     @abstractmethod
     def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
         """Read the symptoms that show whether the fault bit."""
+
+
+@dataclass
+class Planned:
+    """What a plan found: a description, every object it would touch, and the state act/undo need.
+
+    ``params``: the parameters to record, when planning resolved some (a count sized from the
+    cluster); None records them as given.
+    """
+
+    description: str
+    targets: list[str]
+    state: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] | None = None
+
+
+P = TypeVar("P")
+E = TypeVar("E")
+
+
+class TypedFault(Fault, Generic[P, E]):
+    """A fault whose parameters are one dataclass and whose environment is one capability.
+
+    Subclasses set ``name``, ``layer``, ``params_type`` and implement :meth:`_open` (narrow the
+    environment, refusing the wrong one) and the four steps. ``rollback_keys``: the parameters
+    a Chaos Toolkit rollback names to pick which of this fault's ledger entries it reverts
+    (none: every entry). ``evidence_at_inject``: whether inject waits for the effect, so the
+    Chaos Toolkit action can report the evidence at once.
+    """
+
+    params_type: ClassVar[type]
+    rollback_keys: ClassVar[tuple[str, ...]] = ()
+    evidence_at_inject: ClassVar[bool] = True
+
+    def parse(self, params: dict[str, Any]) -> P:
+        """The typed parameters of this fault; ConfigError on bad input."""
+        parsed: P = parse_params(self.name, self.params_type, params)
+        return parsed
+
+    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+        opened = self._open(env)
+        planned = self._checked_plan(opened, params)
+        recorded = dict(params) if planned.params is None else planned.params
+        return FaultPlan(self.name, self.layer, planned.description, planned.targets, recorded)
+
+    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
+        opened = self._open(env)
+        planned = self._checked_plan(opened, params)
+        recorded = dict(params) if planned.params is None else planned.params
+        handle = FaultHandle(self.name, self.layer, recorded, env_name(env), state=planned.state)
+        ledger.record(handle)
+        logger.info("%s [%s]: %s", self.name, handle.id, planned.description)
+        self._act(opened, self.parse(recorded), handle, ledger)
+        handle.injected_at = handle.injected_at or time.time()
+        ledger.record(handle)
+        return handle
+
+    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
+        self._undo(self._open(env), self.parse(handle.params), handle, ledger)
+        handle.reverted_at = handle.reverted_at or time.time()
+        ledger.remove(handle.id)
+        logger.info("%s [%s]: reverted", self.name, handle.id)
+
+    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+        return self._evidence(self._open(env), self.parse(handle.params), handle)
+
+    def _checked_plan(self, opened: E, params: dict[str, Any]) -> Planned:
+        return self._plan(opened, self.parse(params))
+
+    @abstractmethod
+    def _open(self, env: Any) -> E:
+        """The capability of ``env`` this fault acts through; ConfigError when it has none."""
+
+    @abstractmethod
+    def _plan(self, env: E, params: P) -> Planned:
+        """Check ``params`` against the environment and read what would be touched; act on nothing."""
+
+    @abstractmethod
+    def _act(self, env: E, params: P, handle: FaultHandle, ledger: Ledger) -> None:
+        """Inject, using ``handle.state`` from the plan; record the ledger again as state grows."""
+
+    @abstractmethod
+    def _undo(self, env: E, params: P, handle: FaultHandle, ledger: Ledger) -> None:
+        """Restore what ``_act`` changed, from the handle alone; a no-op when already restored."""
+
+    @abstractmethod
+    def _evidence(self, env: E, params: P, handle: FaultHandle) -> Evidence:
+        """Read the symptom that shows whether the fault bit."""
+
+
+def env_name(env: Any) -> str:
+    """The name an environment gives itself, for ledger entries and messages."""
+    return env.name if isinstance(env, NamedEnvironment) else type(env).__name__
+
+
+def timestamps(handle: FaultHandle) -> dict[str, float]:
+    """The ground-truth times of ``handle`` that are set."""
+    stamps = {
+        "created_at": handle.created_at,
+        "injected_at": handle.injected_at,
+        "reverted_at": handle.reverted_at,
+    }
+    return {k: v for k, v in stamps.items() if v is not None}
+
+
+def set_times(times: dict[str, float | None]) -> dict[str, float]:
+    """The times of ``times`` that are set (evidence leaves out what never happened)."""
+    return {k: float(v) for k, v in times.items() if v}
+
+
+def byte_count(fault: str, key: str, value: int | float | None) -> int | None:
+    """A positive whole number of bytes (YAML may spell it 1.9e9), for a params ``__post_init__``."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{fault}: parameter {key!r} must be a positive number of bytes, got {value!r}")
+    return value
+
+
+def replica_name(replica: int | str) -> str:
+    """A replica by number (``1``) or by name (``replica-1``) -> its name."""
+    if isinstance(replica, int) and not isinstance(replica, bool):
+        return f"replica-{replica}"
+    return str(replica)
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.25) -> float | None:
+    """Poll ``check`` until true; return the epoch time it became true, or None on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return time.time()
+        time.sleep(interval_s)
+    return None

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from inferchaos.errors import ConfigError, EnvironmentNotUp, FaultError, InferchaosError, ProbeError
-from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, byte_count, env_name
 from inferchaos.faults.gpu.cuda import cuda_available
 from inferchaos.faults.gpu.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
 from inferchaos.faults.gpu.launch import (
@@ -45,11 +45,10 @@ from inferchaos.faults.gpu.restart import (
 )
 from inferchaos.faults.gpu.squatter import CUDA_MAX_FRACTION, HOST_MAX_MACHINE_FRACTION
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.params import param, reject_unknown
-from inferchaos.faults.ray.common import require_local
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
+from inferchaos.primitives.capabilities import BudgetEnvironment
 from inferchaos.primitives.memory_budget import (
     MemoryBudget,
     budget_memory,
@@ -62,8 +61,7 @@ from inferchaos.primitives.replica_slots import ReplicaRecord, read_records, rep
 
 logger = logging.getLogger(__name__)
 
-NAME = "squat_device_memory"
-PARAMS = {"device", "bytes", "fraction", "backend", "replica_need_bytes", "fail_within_s", "restart_replica"}
+NAME = "device.squat_device_memory"
 # What a local replica holds at rest (design.md: about 1.9 GB RSS).
 DEFAULT_REPLICA_NEED_BYTES = 1_900_000_000
 DEFAULT_FAIL_WITHIN_S = 60.0
@@ -100,70 +98,82 @@ class SquatTarget:
     others: tuple[str, ...] = ()
 
 
-def _byte_count(params: dict[str, Any], key: str, default: int | None) -> int | None:
-    """A positive whole number of bytes; YAML may spell it 1.9e9."""
-    value = params.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{NAME}: parameter {key!r} must be a positive number of bytes, got {value!r}")
-    return value
+@dataclass
+class SquatParams:
+    """The device (``host:<slot>`` or ``cuda:<index>``), how much of it (``bytes`` or ``fraction``), and the watch."""
+
+    device: str
+    # Named as in experiments; YAML may write 2e9, so a whole float is a byte count too.
+    bytes: int | float | None = None
+    fraction: float | None = None
+    backend: str | None = None
+    replica_need_bytes: int | float | None = None
+    fail_within_s: float = DEFAULT_FAIL_WITHIN_S
+    restart_replica: bool | None = None
+
+    def __post_init__(self) -> None:
+        ref = self.ref
+        if self.backend is not None and self.backend != ref.backend:
+            raise ConfigError(
+                f"{NAME}: backend {self.backend!r} does not match device {ref.name} ({ref.backend})"
+            )
+        self.bytes = byte_count(NAME, "bytes", self.bytes)
+        self.replica_need_bytes = byte_count(NAME, "replica_need_bytes", self.replica_need_bytes)
+        if (self.bytes is None) == (self.fraction is None):
+            raise ConfigError(f"{NAME}: give exactly one of 'bytes' or 'fraction' (of the device's total)")
+        if self.fraction is not None and not 0.0 < self.fraction <= 1.0:
+            raise ConfigError(f"{NAME}: fraction must be in (0, 1], got {self.fraction}")
+        if self.fail_within_s <= 0:
+            raise ConfigError(f"{NAME}: fail_within_s must be positive, got {self.fail_within_s}")
+        if ref.backend == CUDA and self.restart_replica:
+            raise ConfigError(f"{NAME}: restart_replica applies to host:<slot> devices only")
+
+    @property
+    def ref(self) -> DeviceRef:
+        """The device parsed."""
+        return parse_device(self.device, NAME)
+
+    def size(self, total: int) -> int:
+        """The bytes to squat on a device of ``total`` bytes."""
+        return int(self.bytes) if self.bytes is not None else int(total * (self.fraction or 0.0))
 
 
 def _squat_log(handle_id: str) -> Path:
     return state_root() / "logs" / f"squatter-{handle_id}.log"
 
 
-def _size(nbytes: int | None, fraction: float | None, total: int) -> int:
-    return nbytes if nbytes is not None else int(total * (fraction or 0.0))
-
-
 @register
-class SquatDeviceMemory(Fault):
+class SquatDeviceMemory(TypedFault[SquatParams, Any]):
     """Hold device memory in a separate process so the next model load on the device fails."""
 
     name = NAME
+    aliases = ("squat_device_memory",)
     layer = Layer.DEVICE
+    params_type = SquatParams
+
+    def _open(self, env: Any) -> Any:
+        # Which environment a squat needs depends on its device: _resolve_host checks it. Revert
+        # and evidence work from the ledger entry alone, even with no environment at all.
+        return env
 
     # -- resolve (plan and inject share it) -------------------------------------------------
-    def _resolve(self, env: Any, params: dict[str, Any]) -> SquatTarget:
-        reject_unknown(params, PARAMS, self.name)
-        text = param(params, "device", str, None, self.name)
-        if text is None:
-            raise ConfigError(f"{NAME}: parameter 'device' is required (host:<slot> or cuda:<index>)")
-        device = parse_device(text, self.name)
-        backend = param(params, "backend", str, None, self.name)
-        if backend is not None and backend != device.backend:
-            raise ConfigError(
-                f"{NAME}: backend {backend!r} does not match device {device.name} ({device.backend})"
-            )
-        nbytes = _byte_count(params, "bytes", None)
-        fraction = param(params, "fraction", float, None, self.name)
-        if (nbytes is None) == (fraction is None):
-            raise ConfigError(f"{NAME}: give exactly one of 'bytes' or 'fraction' (of the device's total)")
-        if fraction is not None and not 0.0 < fraction <= 1.0:
-            raise ConfigError(f"{NAME}: fraction must be in (0, 1], got {fraction}")
-        fail_within_s = param(params, "fail_within_s", float, DEFAULT_FAIL_WITHIN_S, self.name)
-        if fail_within_s <= 0:
-            raise ConfigError(f"{NAME}: fail_within_s must be positive, got {fail_within_s}")
-        restart = param(params, "restart_replica", bool, None, self.name)
+    def _resolve(self, env: Any, params: SquatParams) -> SquatTarget:
+        device = params.ref
         if device.backend == CUDA:
-            if restart:
-                raise ConfigError(f"{NAME}: restart_replica applies to host:<slot> devices only")
-            need = _byte_count(params, "replica_need_bytes", None)
-            return self._resolve_cuda(env, device, nbytes, fraction, need, fail_within_s)
-        need = _byte_count(params, "replica_need_bytes", DEFAULT_REPLICA_NEED_BYTES)
-        return self._resolve_host(
-            env, device, nbytes, fraction, need or 0, fail_within_s, restart is not False
+            return self._resolve_cuda(env, device, params)
+        need = (
+            params.replica_need_bytes if params.replica_need_bytes is not None else DEFAULT_REPLICA_NEED_BYTES
         )
+        return self._resolve_host(env, device, params, int(need), params.restart_replica is not False)
 
     def _resolve_host(
-        self, env: Any, device: DeviceRef, nbytes: int | None, fraction: float | None,
-        need: int, fail_within_s: float, restart: bool,
-    ) -> SquatTarget:  # fmt: skip
-        env = require_local(env, self.name)
+        self, env: Any, device: DeviceRef, params: SquatParams, need: int, restart: bool
+    ) -> SquatTarget:
+        if not isinstance(env, BudgetEnvironment):
+            raise ConfigError(
+                f"{NAME}: {device.name} is a replica's memory budget of the embedded local environment, "
+                f"not of {env_name(env)!r}"
+            )
         usable, why = budgets_available()
         if not usable:
             raise ConfigError(
@@ -179,7 +189,7 @@ class SquatDeviceMemory(Fault):
                 f"(replica slots 0..{state.config.workers - 1}, replica_memory_mib {state.config.replica_memory_mib})"
             )
         total = budget.limit_bytes
-        size = _size(nbytes, fraction, total)
+        size = params.size(total)
         machine = psutil.virtual_memory().total
         if size > HOST_MAX_MACHINE_FRACTION * machine:
             raise ConfigError(
@@ -217,20 +227,17 @@ class SquatDeviceMemory(Fault):
                     f"{NAME}: only {free} bytes are free in {device.name} beside the running replica; squatting {size} "
                     "would make the kernel OOM-kill the running replica, which no GPU does (use restart_replica)"
                 )
-        return SquatTarget(device, size, total, None, need, fail_within_s, restart, None, state.env_id,
+        return SquatTarget(device, size, total, None, need, params.fail_within_s, restart, None, state.env_id,
                            str(state.state_dir), name, replica, others)  # fmt: skip
 
-    def _resolve_cuda(
-        self, env: Any, device: DeviceRef, nbytes: int | None, fraction: float | None,
-        need: int | None, fail_within_s: float,
-    ) -> SquatTarget:  # fmt: skip
+    def _resolve_cuda(self, env: Any, device: DeviceRef, params: SquatParams) -> SquatTarget:
         usable, why = cuda_available()
         if not usable:
             raise ConfigError(f"{NAME}: {device.name} cannot be squatted here: {why}")
         size_info = gpu_size(device.index, self.name)
-        size = _size(nbytes, fraction, size_info.total_bytes)
+        size = params.size(size_info.total_bytes)
         # The squatter measures the device with the driver, which may count a little less than NVML.
-        cap = fraction + FRACTION_SLACK if fraction is not None else CUDA_MAX_FRACTION
+        cap = params.fraction + FRACTION_SLACK if params.fraction is not None else CUDA_MAX_FRACTION
         if size > CUDA_MAX_FRACTION * size_info.total_bytes:
             raise ConfigError(
                 f"{NAME}: {size} bytes is over the safety cap of {CUDA_MAX_FRACTION:.0%} of {device.name}'s "
@@ -241,16 +248,17 @@ class SquatDeviceMemory(Fault):
                 f"{NAME}: {device.name} has only {size_info.free_bytes} bytes free; cannot squat {size}"
             )
         env_id = ""
-        if hasattr(env, "load_state"):
+        if isinstance(env, BudgetEnvironment):
             try:
                 env_id = env.load_state().env_id
             except EnvironmentNotUp:
                 env_id = ""
-        return SquatTarget(device, size, size_info.total_bytes, size_info.free_bytes, need, fail_within_s, False,
-                           min(cap, CUDA_MAX_FRACTION), env_id)  # fmt: skip
+        need = int(params.replica_need_bytes) if params.replica_need_bytes is not None else None
+        return SquatTarget(device, size, size_info.total_bytes, size_info.free_bytes, need, params.fail_within_s,
+                           False, min(cap, CUDA_MAX_FRACTION), env_id)  # fmt: skip
 
     # -- plan ---------------------------------------------------------------------------------
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+    def _plan(self, env: Any, params: SquatParams) -> Planned:
         target = self._resolve(env, params)
         device = target.device.name
         if target.device.backend == CUDA:
@@ -269,38 +277,38 @@ class SquatDeviceMemory(Fault):
                     f"{', '.join(target.others)} keep serving"
                 )
                 targets += [f"replica:{target.replica.name}", f"process-group:{target.replica.vllm_pid}"]
-        return FaultPlan(
-            fault=self.name,
-            layer=self.layer,
-            description=description + "; revert ends the squatter",
-            targets=targets,
-            params={**params, "bytes": target.nbytes},
+        state = {
+            "backend": target.device.backend,
+            "device": target.device.name,
+            "bytes": target.nbytes,
+            "total_bytes": target.total_bytes,
+            "replica_need_bytes": target.replica_need_bytes,
+            "fail_within_s": target.fail_within_s,
+            "restart_replica": target.restart_replica,
+            "max_fraction": target.max_fraction,
+            "env_id": target.env_id,
+            "state_dir": target.state_dir,
+            "budget": target.budget,
+            "replica": target.replica.name if target.replica else "",
+            "replica_record": asdict(target.replica) if target.replica else None,
+            "other_replicas": list(target.others),
+        }
+        # Recorded with the bytes the plan sized (a fraction resolved), so revert re-reads the same squat.
+        given = {k: v for k, v in asdict(params).items() if v is not None and k != "fraction"}
+        return Planned(
+            description + "; revert ends the squatter", targets, state, {**given, "bytes": target.nbytes}
         )
 
     # -- inject -------------------------------------------------------------------------------
-    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
-        target = self._resolve(env, params)
-        handle = FaultHandle(
-            fault=self.name,
-            layer=self.layer,
-            params=params,
-            env=getattr(env, "name", "local"),
-            state={
-                "backend": target.device.backend,
-                "device": target.device.name,
-                "bytes": target.nbytes,
-                "total_bytes": target.total_bytes,
-                "replica_need_bytes": target.replica_need_bytes,
-                "fail_within_s": target.fail_within_s,
-                "restart_replica": target.restart_replica,
-                "env_id": target.env_id,
-                "state_dir": target.state_dir,
-                "budget": target.budget,
-                "replica": target.replica.name if target.replica else "",
-                "other_replicas": list(target.others),
-            },
-        )
-        handle.state["squatter_log"] = str(_squat_log(handle.id))
+    def _act(self, env: Any, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
+        s = handle.state
+        record = s.get("replica_record")
+        target = SquatTarget(
+            parse_device(s["device"], NAME), s["bytes"], s["total_bytes"], None, s["replica_need_bytes"],
+            s["fail_within_s"], s["restart_replica"], s["max_fraction"], s["env_id"], s["state_dir"], s["budget"],
+            ReplicaRecord(**record) if record else None, tuple(s["other_replicas"]),
+        )  # fmt: skip
+        s["squatter_log"] = str(_squat_log(handle.id))
         ledger.record(handle)
         try:
             if target.device.backend == HOST:
@@ -311,7 +319,6 @@ class SquatDeviceMemory(Fault):
             logger.warning("%s: inject failed; reverting what it did", self.name)
             self.revert(env, handle, ledger)
             raise
-        return handle
 
     def _start(
         self, target: SquatTarget, handle: FaultHandle, ledger: Ledger, budget: MemoryBudget | None
@@ -400,8 +407,8 @@ class SquatDeviceMemory(Fault):
         handle.state["preflight_flagged_at"] = now if flagged else None
 
     # -- revert -------------------------------------------------------------------------------
-    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
-        """End the squatter named in the ledger entry (checked by its command line), then drop the entry.
+    def _undo(self, env: Any, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
+        """End the squatter named in the ledger entry (checked by its command line).
 
         Needs nothing but the entry: it works in a later process and after a crash. Serve's next
         start-up attempt of the replica then succeeds on its own.
@@ -413,10 +420,9 @@ class SquatDeviceMemory(Fault):
         if handle.reverted_at is None:
             handle.reverted_at = time.time()
             ledger.record(handle)
-        ledger.remove(handle.id)
 
     # -- evidence -----------------------------------------------------------------------------
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+    def _evidence(self, env: Any, params: SquatParams, handle: FaultHandle) -> Evidence:
         s = handle.state
         alive = bool(squatter_process(s.get("squatter_pid"), handle.id))
         held = int(s.get("allocated_bytes", 0)) >= int(s["bytes"]) and "squat_ready_at" in s

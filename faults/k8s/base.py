@@ -1,99 +1,37 @@
-"""The life cycle every Kubernetes fault shares.
+"""The Kubernetes layer of the fault base: faults act through the environment's K8sTarget.
 
-``plan`` checks the context and parameters against the allow-list and reads what the fault
-would touch (read-only). ``inject`` re-plans, writes the ledger entry carrying that plan's
-state, and only then acts. ``revert`` undoes from the handle alone, so ``inferchaos cleanup``
-can revert an entry left by a crashed run, and removes the entry.
+Plans also refuse a kube context outside the allow-list, so a client pointed at the wrong
+cluster acts nowhere. Inject returns as soon as the cluster accepted the change: the effect
+(a Pod Pending, a node NotReady) is read later, so the Chaos Toolkit action reports no evidence.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from abc import abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
-from inferchaos.faults.ledger import Ledger
+from inferchaos.errors import ConfigError
+from inferchaos.faults.base import Planned, TypedFault, env_name
 from inferchaos.layers import Layer
-from inferchaos.params import parse_params
-from inferchaos.primitives.kube.client import K8sTarget, env_name, target_of
-
-logger = logging.getLogger(__name__)
+from inferchaos.primitives.capabilities import KubeEnvironment
+from inferchaos.primitives.kube.client import K8sTarget
 
 P = TypeVar("P")
 
 
-@dataclass
-class Planned:
-    """What a plan found: a description, every object it would touch, and the state act/undo need."""
-
-    description: str
-    targets: list[str]
-    state: dict[str, Any] = field(default_factory=dict)
-
-
-class K8sFault(Fault, Generic[P]):
+class K8sFault(TypedFault[P, K8sTarget]):
     """A fault of the Kubernetes layer; subclasses set ``params_type`` and the four steps."""
 
     layer: ClassVar[Layer] = Layer.K8S
-    params_type: ClassVar[type]
+    evidence_at_inject: ClassVar[bool] = False
 
-    def parse(self, params: dict[str, Any]) -> P:
-        """The typed parameters of this fault; ConfigError on bad input."""
-        return parse_params(self.name, self.params_type, params)
+    def _open(self, env: Any) -> K8sTarget:
+        if not isinstance(env, KubeEnvironment) or not isinstance(env.k8s, K8sTarget):
+            raise ConfigError(
+                f"{self.name}: environment {env_name(env)!r} has no Kubernetes layer "
+                "(Kubernetes faults need env.k8s to be a K8sTarget)"
+            )
+        return env.k8s
 
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
-        planned = self._checked_plan(target_of(env), params)
-        return FaultPlan(self.name, self.layer, planned.description, planned.targets, dict(params))
-
-    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
-        target = target_of(env)
-        planned = self._checked_plan(target, params)
-        handle = FaultHandle(self.name, self.layer, dict(params), env_name(env), state=planned.state)
-        ledger.record(handle)
-        logger.info("%s [%s]: %s", self.name, handle.id, planned.description)
-        self._act(target, self.parse(params), handle)
-        handle.injected_at = time.time()
-        ledger.record(handle)
-        return handle
-
-    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
-        self._undo(target_of(env), self.parse(handle.params), handle)
-        handle.reverted_at = time.time()
-        ledger.remove(handle.id)
-        logger.info("%s [%s]: reverted", self.name, handle.id)
-
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
-        return self._evidence(target_of(env), self.parse(handle.params), handle)
-
-    def _checked_plan(self, target: K8sTarget, params: dict[str, Any]) -> Planned:
-        target.allow.ensure_context(self.name, target.context)
-        return self._plan(target, self.parse(params))
-
-    @abstractmethod
-    def _plan(self, target: K8sTarget, params: P) -> Planned:
-        """Check ``params`` against ``target.allow`` and read what would be touched; act on nothing."""
-
-    @abstractmethod
-    def _act(self, target: K8sTarget, params: P, handle: FaultHandle) -> None:
-        """Inject, using ``handle.state`` from the plan."""
-
-    @abstractmethod
-    def _undo(self, target: K8sTarget, params: P, handle: FaultHandle) -> None:
-        """Restore what ``_act`` changed; a no-op when already restored."""
-
-    @abstractmethod
-    def _evidence(self, target: K8sTarget, params: P, handle: FaultHandle) -> Evidence:
-        """Read the symptom that shows whether the fault bit."""
-
-
-def timestamps(handle: FaultHandle) -> dict[str, float]:
-    """The ground-truth times of ``handle`` that are set."""
-    stamps = {
-        "created_at": handle.created_at,
-        "injected_at": handle.injected_at,
-        "reverted_at": handle.reverted_at,
-    }
-    return {k: v for k, v in stamps.items() if v is not None}
+    def _checked_plan(self, opened: K8sTarget, params: dict[str, Any]) -> Planned:
+        opened.allow.ensure_context(self.name, opened.context)
+        return super()._checked_plan(opened, params)

@@ -3,7 +3,7 @@
 Keys read from ``configuration`` (``secrets`` holds only the token)::
 
     inferchaos_env: kind              # the name recorded in ledger entries (default "chaostoolkit")
-    inferchaos_ledger: .inferchaos/ledger   # optional; default: the state folder's ledger
+    inferchaos_ledger: .inferchaos/ledger   # optional; default: inferchaos_home's, else the state folder's
     kube_context: kind-inferchaos     # required: the context to use, checked against the allow-list
     kubeconfig: ~/.kube/config        # optional; default: $KUBECONFIG or ~/.kube/config
     kube_api_url: https://host:6443   # optional: talk to this URL instead of reading a kubeconfig
@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.ledger import Ledger
 from inferchaos.primitives.kube.allowlist import K8sAllowList
 from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
 
@@ -73,9 +71,3 @@ def env_from_configuration(
             config_file=os.path.expanduser(kubeconfig) if kubeconfig else None,
         )
     return ChaosToolkitEnv(name=str(config.get("inferchaos_env", "chaostoolkit")), k8s=target)
-
-
-def ledger_from_configuration(configuration: dict[str, Any] | None) -> Ledger:
-    """The ledger named by ``inferchaos_ledger``, else the state folder's."""
-    folder = (configuration or {}).get("inferchaos_ledger")
-    return Ledger(Path(folder)) if folder else Ledger()

@@ -44,8 +44,9 @@ from kubernetes.client import (
 from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle
-from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, timestamps
+from inferchaos.faults.k8s.base import K8sFault
+from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
 from inferchaos.primitives.kube.client import K8sTarget
@@ -165,14 +166,15 @@ class SquatGpuLedger(K8sFault[SquatParams]):
 
     name = "k8s.squat_gpu_ledger"
     params_type = SquatParams
+    rollback_keys = ("namespace",)
 
     def _plan(self, target: K8sTarget, params: SquatParams) -> Planned:
         target.allow.ensure_namespace(self.name, params.namespace)
         if params.nodes is not None:
             target.allow.ensure_nodes(self.name, target.core, params.nodes)
         with api_errors("list nodes and Pods to count free GPUs"):
-            nodes = target.core.list_node(label_selector=target.allow.node_selector or None).items
-            pods = target.core.list_pod_for_all_namespaces(
+            nodes: list[Any] = target.core.list_node(label_selector=target.allow.node_selector or None).items
+            pods: list[Any] = target.core.list_pod_for_all_namespaces(
                 field_selector=",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
             ).items
         used: dict[str, int] = {}
@@ -215,7 +217,7 @@ class SquatGpuLedger(K8sFault[SquatParams]):
             description += f"; then a canary Pod asks for 1 {params.resource}"
         return Planned(description, targets, state)
 
-    def _act(self, target: K8sTarget, params: SquatParams, handle: FaultHandle) -> None:
+    def _act(self, target: K8sTarget, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
         for squat in handle.state["pods"]:
             pod = _squatter(squat["name"], params, squat["node"], squat["gpus"], handle.id)
             with api_errors(f"create squatter pod {params.namespace}/{squat['name']}"):
@@ -227,7 +229,7 @@ class SquatGpuLedger(K8sFault[SquatParams]):
             with api_errors(f"create canary pod {params.namespace}/{handle.state['canary']}"):
                 target.core.create_namespaced_pod(params.namespace, canary)
 
-    def _undo(self, target: K8sTarget, params: SquatParams, handle: FaultHandle) -> None:
+    def _undo(self, target: K8sTarget, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
         names = [s["name"] for s in handle.state["pods"]]
         if handle.state.get("canary"):
             names.append(handle.state["canary"])
@@ -239,7 +241,7 @@ class SquatGpuLedger(K8sFault[SquatParams]):
         holding: dict[str, int] = {}
         for squat in handle.state["pods"]:
             what = f"read squatter pod {params.namespace}/{squat['name']}"
-            pod = read_if_exists(what, target.core.read_namespaced_pod, squat["name"], params.namespace)
+            pod: Any = read_if_exists(what, target.core.read_namespaced_pod, squat["name"], params.namespace)
             if pod is not None and pod.spec.node_name == squat["node"]:
                 holding[squat["name"]] = squat["gpus"]
         squatters = {s["name"] for s in handle.state["pods"]}
@@ -346,10 +348,11 @@ class TaintGpuNodes(K8sFault[TaintParams]):
 
     name = "k8s.taint_gpu_nodes"
     params_type = TaintParams
+    rollback_keys = ("label_selector", "key")
 
     def _plan(self, target: K8sTarget, params: TaintParams) -> Planned:
         with api_errors(f"list nodes {params.label_selector!r}"):
-            picked = target.core.list_node(label_selector=params.label_selector).items
+            picked: list[Any] = target.core.list_node(label_selector=params.label_selector).items
         gpu_nodes = sorted(
             (n for n in picked if allocatable(n, params.resource)), key=lambda n: n.metadata.name
         )
@@ -371,11 +374,11 @@ class TaintGpuNodes(K8sFault[TaintParams]):
         description = f"taint {', '.join(names)} with {params.key}={params.value}:{params.effect}"
         return Planned(description, [f"node/{n}" for n in names], state)
 
-    def _act(self, target: K8sTarget, params: TaintParams, handle: FaultHandle) -> None:
+    def _act(self, target: K8sTarget, params: TaintParams, handle: FaultHandle, ledger: Ledger) -> None:
         for node in handle.state["nodes"]:
             _change_taints(target, node, lambda taints: [*(taints or []), params.taint()])
 
-    def _undo(self, target: K8sTarget, params: TaintParams, handle: FaultHandle) -> None:
+    def _undo(self, target: K8sTarget, params: TaintParams, handle: FaultHandle, ledger: Ledger) -> None:
         for node, before in handle.state["nodes"].items():
             _change_taints(target, node, partial(_drop_taint, params, before["had_taints"]))
 
@@ -383,7 +386,7 @@ class TaintGpuNodes(K8sFault[TaintParams]):
         tainted = []
         for name in handle.state["nodes"]:
             with api_errors(f"read node {name}"):
-                node = target.core.read_node(name)
+                node: Any = target.core.read_node(name)
             if any(t.key == params.key and t.effect == params.effect for t in (node.spec.taints or [])):
                 tainted.append(name)
         waiting = _pending_for(target, ReasonKind.UNTOLERATED_TAINT, params.key)
@@ -447,6 +450,7 @@ class ForceAntiAffinityDeadlock(K8sFault[AntiAffinityParams]):
 
     name = "k8s.force_anti_affinity_deadlock"
     params_type = AntiAffinityParams
+    rollback_keys = ("namespace", "deployment")
 
     def _plan(self, target: K8sTarget, params: AntiAffinityParams) -> Planned:
         target.allow.ensure_namespace(self.name, params.namespace)
@@ -472,7 +476,9 @@ class ForceAntiAffinityDeadlock(K8sFault[AntiAffinityParams]):
         )
         return Planned(description, [ref], {"original_spec": original, "replicas": replicas})
 
-    def _act(self, target: K8sTarget, params: AntiAffinityParams, handle: FaultHandle) -> None:
+    def _act(
+        self, target: K8sTarget, params: AntiAffinityParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         original = handle.state["original_spec"]
         affinity = copy.deepcopy(original["template"]["spec"].get("affinity") or {})
         anti = affinity.setdefault("podAntiAffinity", {})
@@ -485,7 +491,9 @@ class ForceAntiAffinityDeadlock(K8sFault[AntiAffinityParams]):
         with api_errors(f"patch deployment {params.namespace}/{params.deployment}"):
             target.apps.patch_namespaced_deployment(params.deployment, params.namespace, ops)
 
-    def _undo(self, target: K8sTarget, params: AntiAffinityParams, handle: FaultHandle) -> None:
+    def _undo(
+        self, target: K8sTarget, params: AntiAffinityParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         what = f"read deployment {params.namespace}/{params.deployment}"
         live = read_if_exists(
             what, read_raw, target.apps.read_namespaced_deployment, params.deployment, params.namespace
@@ -516,7 +524,7 @@ class ForceAntiAffinityDeadlock(K8sFault[AntiAffinityParams]):
         pending = pending_pod_reasons(target.api_client, params.namespace, selector)
         stuck = [p for p in pending if p.blocked_by(ReasonKind.POD_ANTI_AFFINITY)]
         with api_errors(f"read deployment {params.namespace}/{params.deployment}"):
-            status = target.apps.read_namespaced_deployment(params.deployment, params.namespace).status
+            status: Any = target.apps.read_namespaced_deployment(params.deployment, params.namespace).status
         ready = status.ready_replicas or 0
         reason = (
             f"{len(stuck)} Pod(s) of {params.deployment} Pending for pod anti-affinity; "

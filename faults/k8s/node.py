@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes.client import V1DeleteOptions, V1Eviction, V1Node, V1ObjectMeta, V1Preconditions
 from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle
-from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, timestamps
+from inferchaos.faults.k8s.base import K8sFault
 from inferchaos.faults.k8s.container_runtime import ContainerRuntime, resolve_runtime
 from inferchaos.faults.k8s.nodes import (
     DAEMONSET_KIND,
@@ -34,6 +35,7 @@ from inferchaos.faults.k8s.nodes import (
     ready_status,
     set_unschedulable,
 )
+from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
 from inferchaos.primitives.kube.client import K8sTarget
@@ -113,6 +115,7 @@ class CordonNode(K8sFault[NodeParams]):
 
     name = "k8s.cordon_node"
     params_type = NodeParams
+    rollback_keys = ("node",)
 
     def _plan(self, target: K8sTarget, params: NodeParams) -> Planned:
         _schedulable_node(self.name, target, params.node)
@@ -121,10 +124,10 @@ class CordonNode(K8sFault[NodeParams]):
             f"cordon node {params.node}: new Pods avoid it, running Pods stay", [f"node/{params.node}"]
         )
 
-    def _act(self, target: K8sTarget, params: NodeParams, handle: FaultHandle) -> None:
+    def _act(self, target: K8sTarget, params: NodeParams, handle: FaultHandle, ledger: Ledger) -> None:
         set_unschedulable(target.core, params.node, True)
 
-    def _undo(self, target: K8sTarget, params: NodeParams, handle: FaultHandle) -> None:
+    def _undo(self, target: K8sTarget, params: NodeParams, handle: FaultHandle, ledger: Ledger) -> None:
         _uncordon_if_present(target, params.node)
 
     def _evidence(self, target: K8sTarget, params: NodeParams, handle: FaultHandle) -> Evidence:
@@ -141,13 +144,14 @@ class DrainNode(K8sFault[DrainParams]):
 
     name = "k8s.drain_node"
     params_type = DrainParams
+    rollback_keys = ("node",)
 
     def _plan(self, target: K8sTarget, params: DrainParams) -> Planned:
         target.allow.ensure_namespace(self.name, params.namespace)
         _schedulable_node(self.name, target, params.node)
         target.allow.ensure_max_targets(self.name, "node(s)", [params.node])
         with api_errors(f"list the Pods on node {params.node}"):
-            pods = target.core.list_pod_for_all_namespaces(
+            pods: list[Any] = target.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={params.node}"
             ).items
         evict: list[dict[str, str]] = []
@@ -171,7 +175,7 @@ class DrainNode(K8sFault[DrainParams]):
         targets = [f"node/{params.node}", *(f"pod/{params.namespace}/{p['name']}" for p in evict)]
         return Planned(description, targets, {"evict": evict, "skipped": skipped})
 
-    def _act(self, target: K8sTarget, params: DrainParams, handle: FaultHandle) -> None:
+    def _act(self, target: K8sTarget, params: DrainParams, handle: FaultHandle, ledger: Ledger) -> None:
         set_unschedulable(target.core, params.node, True)
         deadline = time.monotonic() + params.timeout_s
         for pod in handle.state["evict"]:
@@ -219,7 +223,7 @@ class DrainNode(K8sFault[DrainParams]):
                 )
             time.sleep(POLL_S)
 
-    def _undo(self, target: K8sTarget, params: DrainParams, handle: FaultHandle) -> None:
+    def _undo(self, target: K8sTarget, params: DrainParams, handle: FaultHandle, ledger: Ledger) -> None:
         _uncordon_if_present(target, params.node)
 
     def _evidence(self, target: K8sTarget, params: DrainParams, handle: FaultHandle) -> Evidence:
@@ -243,7 +247,7 @@ class DrainNode(K8sFault[DrainParams]):
 
 def _pod_exists(target: K8sTarget, namespace: str, pod: dict[str, str]) -> bool:
     """Whether the very Pod (same uid) still exists, terminating or not."""
-    live = read_if_exists(
+    live: Any = read_if_exists(
         f"read pod {namespace}/{pod['name']}", target.core.read_namespaced_pod, pod["name"], namespace
     )
     return live is not None and live.metadata.uid == pod["uid"]
@@ -255,6 +259,7 @@ class DeleteNode(K8sFault[NodeParams]):
 
     name = "k8s.delete_node"
     params_type = NodeParams
+    rollback_keys = ("node",)
 
     def _plan(self, target: K8sTarget, params: NodeParams) -> Planned:
         target.allow.ensure_nodes(self.name, target.core, [params.node])
@@ -267,16 +272,17 @@ class DeleteNode(K8sFault[NodeParams]):
         description = f"delete the Node object {params.node}; revert recreates it from its saved manifest"
         return Planned(description, [f"node/{params.node}"], {"manifest": manifest})
 
-    def _act(self, target: K8sTarget, params: NodeParams, handle: FaultHandle) -> None:
+    def _act(self, target: K8sTarget, params: NodeParams, handle: FaultHandle, ledger: Ledger) -> None:
         with api_errors(f"delete node {params.node}"):
             target.core.delete_node(params.node)
 
-    def _undo(self, target: K8sTarget, params: NodeParams, handle: FaultHandle) -> None:
+    def _undo(self, target: K8sTarget, params: NodeParams, handle: FaultHandle, ledger: Ledger) -> None:
         if read_if_exists(f"read node {params.node}", target.core.read_node, params.node) is not None:
             return  # still there, or the kubelet registered it again
         # 409: the kubelet registered the node between our read and our create.
         with api_errors(f"recreate node {params.node}", tolerate=(409,)):
-            target.core.create_node(V1Node.from_dict(handle.state["manifest"]))
+            node: Any = V1Node.from_dict(handle.state["manifest"])
+            target.core.create_node(node)
 
     def _evidence(self, target: K8sTarget, params: NodeParams, handle: FaultHandle) -> Evidence:
         present = read_if_exists(f"read node {params.node}", target.core.read_node, params.node) is not None
@@ -290,6 +296,7 @@ class StopNodeContainer(K8sFault[StopContainerParams]):
 
     name = "k8s.stop_node_container"
     params_type = StopContainerParams
+    rollback_keys = ("node",)
 
     def _plan(self, target: K8sTarget, params: StopContainerParams) -> Planned:
         target.allow.ensure_nodes(self.name, target.core, [params.node])
@@ -304,10 +311,14 @@ class StopNodeContainer(K8sFault[StopContainerParams]):
         description = f"{runtime.binary} stop -t {params.grace_s} {params.node}: the node's machine stops"
         return Planned(description, [f"node/{params.node}"], {"runtime": runtime.binary})
 
-    def _act(self, target: K8sTarget, params: StopContainerParams, handle: FaultHandle) -> None:
+    def _act(
+        self, target: K8sTarget, params: StopContainerParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         ContainerRuntime(handle.state["runtime"]).stop(params.node, params.grace_s)
 
-    def _undo(self, target: K8sTarget, params: StopContainerParams, handle: FaultHandle) -> None:
+    def _undo(
+        self, target: K8sTarget, params: StopContainerParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         ContainerRuntime(handle.state["runtime"]).start(params.node)
 
     def _evidence(self, target: K8sTarget, params: StopContainerParams, handle: FaultHandle) -> Evidence:

@@ -12,12 +12,14 @@ import logging
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes.client import V1DeleteOptions, V1Preconditions
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle
-from inferchaos.faults.k8s.base import K8sFault, Planned, timestamps
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, timestamps
+from inferchaos.faults.k8s.base import K8sFault
+from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.primitives.kube.api import api_errors, read_if_exists
 from inferchaos.primitives.kube.client import K8sTarget
@@ -61,11 +63,12 @@ class KillPods(K8sFault[KillPodsParams]):
 
     name = "k8s.kill_pods"
     params_type = KillPodsParams
+    rollback_keys = ("namespace", "label_selector")
 
     def _plan(self, target: K8sTarget, params: KillPodsParams) -> Planned:
         target.allow.ensure_namespace(self.name, params.namespace)
         with api_errors(f"list Pods {params.label_selector!r} in {params.namespace}"):
-            pods = target.core.list_namespaced_pod(
+            pods: list[Any] = target.core.list_namespaced_pod(
                 params.namespace, label_selector=params.label_selector
             ).items
         allowed_nodes = target.allow.allowed_nodes(target.core) if target.allow.node_selector else None
@@ -98,7 +101,7 @@ class KillPods(K8sFault[KillPodsParams]):
         )
         return Planned(description, names, state)
 
-    def _act(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle) -> None:
+    def _act(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle, ledger: Ledger) -> None:
         for pod in handle.state["pods"]:
             # The uid precondition makes sure a same-named replacement is never the one deleted.
             options = V1DeleteOptions(
@@ -108,14 +111,14 @@ class KillPods(K8sFault[KillPodsParams]):
             with api_errors(f"delete pod {params.namespace}/{pod['name']}", tolerate=(404, 409)):
                 target.core.delete_namespaced_pod(pod["name"], params.namespace, body=options)
 
-    def _undo(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle) -> None:
+    def _undo(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle, ledger: Ledger) -> None:
         logger.info("%s: nothing to restore; the Pods' controllers replace them", self.name)
 
     def _evidence(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle) -> Evidence:
         killed, survived, replaced = [], [], []
         for pod in handle.state["pods"]:
             what = f"read pod {params.namespace}/{pod['name']}"
-            live = read_if_exists(what, target.core.read_namespaced_pod, pod["name"], params.namespace)
+            live: Any = read_if_exists(what, target.core.read_namespaced_pod, pod["name"], params.namespace)
             if live is None:
                 killed.append(pod["name"])
             elif live.metadata.uid != pod["uid"]:

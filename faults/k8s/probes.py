@@ -8,12 +8,14 @@ steady-state hypothesis and to record whether the fault bit; the inferchaos runn
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import logging
 from typing import Any
 
-from inferchaos.faults.k8s.configuration import env_from_configuration, ledger_from_configuration
-from inferchaos.faults.registry import get_fault
+from inferchaos.faults import actions
+from inferchaos.faults.k8s.configuration import env_from_configuration
 from inferchaos.primitives.kube.api import api_errors
+
+logger = logging.getLogger(__name__)
 
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
@@ -26,22 +28,16 @@ def deployment_must_be_ready(
     env = env_from_configuration(configuration, secrets)
     try:
         with api_errors(f"read deployment {namespace}/{deployment}"):
-            found = env.k8s.apps.read_namespaced_deployment(deployment, namespace)
+            found: Any = env.k8s.apps.read_namespaced_deployment(deployment, namespace)
     finally:
         env.k8s.api_client.close()
     return (found.status.ready_replicas or 0) >= (found.spec.replicas or 0)
 
 
 def fault_effect(fault: str, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
-    """Evidence of every live ledger entry of ``k8s.<fault>``: did it bite, and how."""
-    env = env_from_configuration(configuration, secrets)
-    implementation = get_fault(f"k8s.{fault}")
-    try:
-        evidence = [
-            asdict(implementation.evidence(env, handle))
-            for handle in ledger_from_configuration(configuration).entries()
-            if handle.fault == implementation.name
-        ]
-    finally:
-        env.k8s.api_client.close()
-    return {"effect_observed": bool(evidence) and all(e["bit"] for e in evidence), "evidence": evidence}
+    """Evidence of every live ledger entry of ``fault`` (``k8s.<verb>``): did it bite, and how."""
+    if "." not in fault:
+        # Before 0.2 this probe took the bare verb and added the layer itself.
+        logger.warning("fault name %r is deprecated: use %r", fault, f"k8s.{fault}")
+        fault = f"k8s.{fault}"
+    return actions.fault_effect(fault, configuration, secrets)

@@ -12,21 +12,51 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.params import param, reject_unknown, wait_until
-from inferchaos.faults.ray.common import free_gpus, require_local
+from inferchaos.faults.ray.common import LocalProcessFault, free_gpus
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives.capabilities import RayProcessEnvironment
 
 logger = logging.getLogger(__name__)
 
+NAME = "ray.leak_actors"
 LEAK_NAMESPACE = "inferchaos-leak"
-PARAMS = {"class_name", "num_gpus", "num_cpus", "rate_per_s", "count", "max_actors", "settle_s"}
 DEFAULT_MAX_ACTORS = 16
+
+
+@dataclass
+class LeakParams:
+    """The leaked actors: their class, what each holds, how fast they come, how many (default: the free GPUs + 1)."""
+
+    class_name: str = "LeakyWorker"
+    num_gpus: float = 1.0
+    num_cpus: float = 0.0
+    rate_per_s: float = 2.0
+    count: int | None = None
+    max_actors: int = DEFAULT_MAX_ACTORS
+    # How long inject waits for the leaked actors to take the GPUs.
+    settle_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.num_gpus < 0 or self.num_cpus < 0 or (self.num_gpus == 0 and self.num_cpus == 0):
+            raise ConfigError(f"{NAME}: each leaked actor must hold some num_gpus or num_cpus")
+        if self.rate_per_s <= 0:
+            raise ConfigError(f"{NAME}: rate_per_s must be positive, got {self.rate_per_s}")
+        if self.count is not None and self.count < 1:
+            raise ConfigError(f"{NAME}: count must be at least 1, got {self.count}")
+
+    @property
+    def actors(self) -> int:
+        """How many actors the leak creates (``count`` once the plan has sized it)."""
+        if self.count is None:
+            raise ConfigError(f"{NAME}: count was not sized before the leak started")
+        return self.count
 
 
 class LeakyWorker:
@@ -51,7 +81,7 @@ def _kill_actor(actor_id: str) -> bool:
     from ray.util.state import get_actor
 
     info = get_actor(actor_id)
-    if info is None or info.state == "DEAD":
+    if info is None or info.state == "DEAD" or info.name is None:
         return False
     try:
         ray.kill(ray.get_actor(info.name, namespace=LEAK_NAMESPACE), no_restart=True)
@@ -61,71 +91,44 @@ def _kill_actor(actor_id: str) -> bool:
 
 
 @register
-class LeakActors(Fault):
+class LeakActors(LocalProcessFault[LeakParams]):
     """Create actors of one class at a rate, holding GPUs/CPUs, and never kill them."""
 
-    name = "leak_actors"
+    name = NAME
+    aliases = ("leak_actors",)
     layer = Layer.RAY
+    params_type = LeakParams
 
     def __init__(self) -> None:
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._probe_refs: dict[str, Any] = {}
 
-    def _params(self, env: Any, params: dict[str, Any]) -> dict[str, Any]:
-        reject_unknown(params, PARAMS, self.name)
-        num_gpus = param(params, "num_gpus", float, 1.0, self.name)
-        num_cpus = param(params, "num_cpus", float, 0.0, self.name)
-        rate = param(params, "rate_per_s", float, 2.0, self.name)
-        max_actors = param(params, "max_actors", int, DEFAULT_MAX_ACTORS, self.name)
-        class_name = param(params, "class_name", str, "LeakyWorker", self.name)
-        if num_gpus < 0 or num_cpus < 0 or (num_gpus == 0 and num_cpus == 0):
-            raise ConfigError("leak_actors: each leaked actor must hold some num_gpus or num_cpus")
-        if rate <= 0:
-            raise ConfigError(f"leak_actors: rate_per_s must be positive, got {rate}")
-        count = param(params, "count", int, None, self.name)
-        if count is None:
+    def _plan(self, env: RayProcessEnvironment, params: LeakParams) -> Planned:
+        if params.count is None:
             # Enough to take every free GPU, plus one that must pend: the leak's signature.
             free = free_gpus(env)
-            count = int(free // num_gpus) + 1 if num_gpus else 4
-        if count < 1:
-            raise ConfigError(f"leak_actors: count must be at least 1, got {count}")
-        if count > max_actors:
-            raise ConfigError(f"leak_actors: {count} actors exceed max_actors {max_actors} (blast radius)")
-        return {
-            "class_name": class_name,
-            "num_gpus": num_gpus,
-            "num_cpus": num_cpus,
-            "rate_per_s": rate,
-            "count": count,
-            "settle_s": param(params, "settle_s", float, 20.0, self.name),
-        }
-
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
-        env = require_local(env, self.name)
-        p = self._params(env, params)
-        return FaultPlan(
-            fault=self.name,
-            layer=self.layer,
-            description=(
-                f"create {p['count']} detached actors of class {p['class_name']} at {p['rate_per_s']:g}/s, "
-                f"each holding {p['num_gpus']:g} GPU and {p['num_cpus']:g} CPU, and never kill them; "
-                "revert kills exactly those actors"
-            ),
-            targets=[f"ray-actors:{p['class_name']}x{p['count']}", f"ray-namespace:{LEAK_NAMESPACE}"],
-            params=p,
+            count = int(free // params.num_gpus) + 1 if params.num_gpus else 4
+            params = LeakParams(**{**asdict(params), "count": count})
+        p = params
+        if p.actors > p.max_actors:
+            raise ConfigError(
+                f"{self.name}: {p.actors} actors exceed max_actors {p.max_actors} (blast radius)"
+            )
+        description = (
+            f"create {p.actors} detached actors of class {p.class_name} at {p.rate_per_s:g}/s, "
+            f"each holding {p.num_gpus:g} GPU and {p.num_cpus:g} CPU, and never kill them; "
+            "revert kills exactly those actors"
         )
+        targets = [f"ray-actors:{p.class_name}x{p.actors}", f"ray-namespace:{LEAK_NAMESPACE}"]
+        return Planned(description, targets, {"actor_ids": []}, asdict(p))
 
-    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
-        env = require_local(env, self.name)
-        p = self._params(env, params)
-        handle = FaultHandle(
-            fault=self.name, layer=self.layer, params=p, env=env.name, state={"actor_ids": []}
-        )
-        ledger.record(handle)
+    def _act(
+        self, env: RayProcessEnvironment, params: LeakParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         env.connect_ray()
         stop = threading.Event()
         thread = threading.Thread(
-            target=self._leak, args=(handle, ledger, stop), name=f"leak-{handle.id}", daemon=True
+            target=self._leak, args=(handle, params, ledger, stop), name=f"leak-{handle.id}", daemon=True
         )
         handle.injected_at = time.time()
         ledger.record(handle)
@@ -134,16 +137,15 @@ class LeakActors(Fault):
         # Wait (bounded) until the leaked actors that can get resources are ALIVE (their worker
         # processes take seconds to start), then leave a GPU task pending behind them.
         free = free_gpus(env)
-        can_start = min(p["count"], int(free // p["num_gpus"])) if p["num_gpus"] else p["count"]
-        budget = p["settle_s"] + p["count"] / p["rate_per_s"]
+        count = params.actors
+        can_start = min(count, int(free // params.num_gpus)) if params.num_gpus else count
+        budget = params.settle_s + count / params.rate_per_s
         handle.state["leak_settled_at"] = wait_until(lambda: self._alive(handle) >= can_start, budget, 0.5)
-        if p["num_gpus"] > 0:
-            handle.state["gpus_exhausted_at"] = wait_until(lambda: free_gpus(env) == 0, p["settle_s"], 0.5)
+        if params.num_gpus > 0:
+            handle.state["gpus_exhausted_at"] = wait_until(lambda: free_gpus(env) == 0, params.settle_s, 0.5)
             self._submit_probe_task(handle)
             # The state API learns of a task from events flushed about once a second.
             wait_until(lambda: self._task_state(handle) == "PENDING_NODE_ASSIGNMENT", 10.0, 0.5)
-        ledger.record(handle)
-        return handle
 
     def _leaked(self, handle: FaultHandle) -> list[Any]:
         from ray.util.state import list_actors
@@ -166,13 +168,12 @@ class LeakActors(Fault):
         tasks = list_tasks(filters=[("task_id", "=", task_id)], raise_on_missing_output=False)
         return tasks[0].state if tasks else "UNKNOWN"
 
-    def _leak(self, handle: FaultHandle, ledger: Ledger, stop: threading.Event) -> None:
+    def _leak(self, handle: FaultHandle, p: LeakParams, ledger: Ledger, stop: threading.Event) -> None:
         import ray
 
-        p = handle.params
-        leaky = type(p["class_name"], (LeakyWorker,), {"__module__": __name__})
-        remote_cls = ray.remote(num_gpus=p["num_gpus"], num_cpus=p["num_cpus"])(leaky)
-        for index in range(p["count"]):
+        leaky = type(p.class_name, (LeakyWorker,), {"__module__": __name__})
+        remote_cls: Any = ray.remote(num_gpus=p.num_gpus, num_cpus=p.num_cpus)(leaky)
+        for index in range(p.actors):
             if stop.is_set():
                 return
             actor = remote_cls.options(
@@ -180,7 +181,7 @@ class LeakActors(Fault):
             ).remote()
             handle.state["actor_ids"].append(actor._actor_id.hex())
             ledger.record(handle)
-            stop.wait(1.0 / p["rate_per_s"])
+            stop.wait(1.0 / p.rate_per_s)
 
     def _submit_probe_task(self, handle: FaultHandle) -> None:
         import ray
@@ -190,8 +191,9 @@ class LeakActors(Fault):
         handle.state["probe_task_id"] = ref.task_id().hex()
         handle.state["probe_submitted_at"] = time.time()
 
-    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
-        env = require_local(env, self.name)
+    def _undo(
+        self, env: RayProcessEnvironment, params: LeakParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         env.connect_ray()
         thread_stop = self._threads.pop(handle.id, None)
         if thread_stop is not None:
@@ -212,7 +214,6 @@ class LeakActors(Fault):
         handle.reverted_at = handle.reverted_at or time.time()
         handle.state["killed_actor_ids"] = sorted(set(handle.state.get("killed_actor_ids", [])) | set(killed))
         ledger.record(handle)
-        ledger.remove(handle.id)
 
     def probe_task_ran(self, handle: FaultHandle, timeout_s: float) -> float | None:
         """Wait for the GPU probe task; the time it ran, or None if it still pends."""
@@ -227,8 +228,7 @@ class LeakActors(Fault):
         except GetTimeoutError:
             return None
 
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
-        env = require_local(env, self.name)
+    def _evidence(self, env: RayProcessEnvironment, params: LeakParams, handle: FaultHandle) -> Evidence:
         env.connect_ray()
         leaked = self._leaked(handle)
         alive = sum(1 for a in leaked if a.state == "ALIVE")
@@ -236,9 +236,9 @@ class LeakActors(Fault):
         probe_state = self._task_state(handle)
         gpus_free = free_gpus(env)
         exhausted = handle.state.get("gpus_exhausted_at") is not None
-        bit = alive >= 1 and (exhausted or handle.params["num_gpus"] == 0)
+        bit = alive >= 1 and (exhausted or params.num_gpus == 0)
         symptoms = {
-            "class": handle.params["class_name"],
+            "class": params.class_name,
             "actors_created": len(handle.state.get("actor_ids", [])),
             "actors_alive": alive,
             "actors_pending_creation": pending_actors,
@@ -246,17 +246,13 @@ class LeakActors(Fault):
             "gpus_exhausted": exhausted,
             "probe_task_state": probe_state,
         }
-        timestamps = {
-            k: v
-            for k, v in {
-                "injected_at": handle.injected_at,
-                "gpus_exhausted_at": handle.state.get("gpus_exhausted_at"),
-                "reverted_at": handle.reverted_at,
-            }.items()
-            if v
-        }
+        timestamps = set_times({
+            "injected_at": handle.injected_at,
+            "gpus_exhausted_at": handle.state.get("gpus_exhausted_at"),
+            "reverted_at": handle.reverted_at,
+        })  # fmt: skip
         reason = (
-            f"{alive} {handle.params['class_name']} actors ALIVE, free GPUs fell to 0, GPU task {probe_state}"
+            f"{alive} {params.class_name} actors ALIVE, free GPUs fell to 0, GPU task {probe_state}"
             if bit
             else "the leaked actors did not take the free GPUs"
         )

@@ -10,23 +10,39 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import httpx
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, wait_until
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.params import param, reject_unknown, wait_until
-from inferchaos.faults.ray.common import RayEnvironment, require_local
+from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives.capabilities import RayProcessEnvironment
 from inferchaos.primitives.processes import kill_tree_now
 from inferchaos.primitives.ray_nodes import RayNodeRecord
 
 logger = logging.getLogger(__name__)
 
-PARAMS = {"node_id", "replica", "seed", "allow_total_outage", "max_nodes", "wait_dead_s"}
+NAME = "ray.kill_node"
+
+
+@dataclass
+class KillNodeParams:
+    """Which worker node (by Ray node id, by the replica it hosts, or at random with ``seed``), and the fences."""
+
+    node_id: str | None = None
+    replica: int | str | None = None
+    seed: int | None = None
+    allow_total_outage: bool = False
+    max_nodes: int = 1
+    wait_dead_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.max_nodes < 1:
+            raise ConfigError(f"{NAME}: max_nodes {self.max_nodes} allows no node to be killed")
 
 
 def _endpoint_answers(url: str) -> bool:
@@ -37,134 +53,112 @@ def _endpoint_answers(url: str) -> bool:
     return True
 
 
+def _wait_unreachable(url: str) -> float | None:
+    """The time ``url`` stopped answering, or None if it still answers after a few seconds."""
+    return wait_until(lambda: not _endpoint_answers(url), 5.0, 0.2)
+
+
 @register
-class KillNode(Fault):
+class KillNode(LocalProcessFault[KillNodeParams]):
     """SIGKILL every process of one Ray worker node."""
 
-    name = "kill_node"
+    name = NAME
+    aliases = ("kill_node",)
     layer = Layer.RAY
+    params_type = KillNodeParams
 
-    def _resolve(self, env: RayEnvironment, params: dict[str, Any]) -> tuple[RayNodeRecord, str]:
-        reject_unknown(params, PARAMS, self.name)
-        node_id = param(params, "node_id", str, None, self.name)
-        replica = params.get("replica")
-        seed = param(params, "seed", int, None, self.name)
+    def _resolve(self, env: RayProcessEnvironment, params: KillNodeParams) -> tuple[RayNodeRecord, str]:
         state = env.load_state()
         live = [n for n in state.nodes if not n.lost]
         ray_nodes = {n.name: n for n in env.ray_nodes() if n.alive}
-        if node_id is not None:
-            names = [name for name, n in ray_nodes.items() if n.node_id == node_id]
+        if params.node_id is not None:
+            names = [name for name, n in ray_nodes.items() if n.node_id == params.node_id]
             if not names:
-                raise ConfigError(f"kill_node: no ALIVE Ray node has id {node_id!r}")
+                raise ConfigError(f"{self.name}: no ALIVE Ray node has id {params.node_id!r}")
             target_name = names[0]
-        elif replica is not None:
-            wanted = (
-                f"replica-{replica}"
-                if isinstance(replica, int) and not isinstance(replica, bool)
-                else str(replica)
-            )
+        elif params.replica is not None:
+            wanted = replica_name(params.replica)
             records = [r for r in env.replica_records() if r.name == wanted]
             if not records:
-                raise ConfigError(f"kill_node: no replica named {wanted!r}")
+                raise ConfigError(f"{self.name}: no replica named {wanted!r}")
             hosts = [name for name, n in ray_nodes.items() if n.node_id == records[0].node_id]
             if not hosts:
-                raise ConfigError(f"kill_node: the node hosting {wanted} is not ALIVE")
+                raise ConfigError(f"{self.name}: the node hosting {wanted} is not ALIVE")
             target_name = hosts[0]
         else:
             workers = sorted(n.name for n in live if not n.is_head and n.name in ray_nodes)
             if not workers:
-                raise ConfigError("kill_node: no ALIVE worker node to choose from")
-            target_name = random.Random(seed).choice(workers)
+                raise ConfigError(f"{self.name}: no ALIVE worker node to choose from")
+            target_name = random.Random(params.seed).choice(workers)
         record = next((n for n in live if n.name == target_name), None)
         if record is None:
-            raise ConfigError(f"kill_node: node {target_name!r} is not one this environment started")
+            raise ConfigError(f"{self.name}: node {target_name!r} is not one this environment started")
         if record.is_head:
             raise ConfigError(
-                "kill_node: refusing the head node: it runs the GCS, the driver's connection and the front door"
+                f"{self.name}: refusing the head node: it runs the GCS, the driver's connection and the front door"
             )
         return record, ray_nodes[target_name].node_id
 
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
-        env = require_local(env, self.name)
-        max_nodes = param(params, "max_nodes", int, 1, self.name)
-        if max_nodes < 1:
-            raise ConfigError(f"kill_node: max_nodes {max_nodes} allows no node to be killed")
-        param(params, "wait_dead_s", float, 15.0, self.name)
+    def _plan(self, env: RayProcessEnvironment, params: KillNodeParams) -> Planned:
         record, node_id = self._resolve(env, params)
         replicas = env.replica_records()
-        hit = [r.name for r in replicas if r.node_id == node_id]
+        hit = [r for r in replicas if r.node_id == node_id]
         survivors = [r.name for r in replicas if r.node_id != node_id and r.state == "healthy"]
-        if not survivors and not param(params, "allow_total_outage", bool, False, self.name):
+        if not survivors and not params.allow_total_outage:
             raise ConfigError(
-                f"kill_node: killing {record.name} would leave no healthy replica; set allow_total_outage to allow it"
+                f"{self.name}: killing {record.name} would leave no healthy replica; set allow_total_outage to allow it"
             )
-        return FaultPlan(
-            fault=self.name,
-            layer=self.layer,
-            description=f"SIGKILL every process of Ray worker node {record.name} ({node_id[:12]}), "
-            f"hosting {', '.join(hit) or 'no replica'}; revert starts a replacement worker",
-            targets=[
-                f"ray-node:{record.name}:{node_id}",
-                f"process-tree:{record.pid}",
-                *[f"replica:{r}" for r in hit],
-            ],
-            params=params,
+        description = (
+            f"SIGKILL every process of Ray worker node {record.name} ({node_id[:12]}), "
+            f"hosting {', '.join(r.name for r in hit) or 'no replica'}; revert starts a replacement worker"
         )
+        targets = [
+            f"ray-node:{record.name}:{node_id}",
+            f"process-tree:{record.pid}",
+            *[f"replica:{r.name}" for r in hit],
+        ]
+        state = {
+            "node_name": record.name,
+            "node_id": node_id,
+            "pid": record.pid,
+            "replicas": [r.name for r in hit],
+            "replica_urls": {r.name: r.url for r in hit},
+        }
+        return Planned(description, targets, state)
 
-    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
-        env = require_local(env, self.name)
-        self.plan(env, params)
-        record, node_id = self._resolve(env, params)
-        hit = [r for r in env.replica_records() if r.node_id == node_id]
-        handle = FaultHandle(
-            fault=self.name,
-            layer=self.layer,
-            params=params,
-            env=env.name,
-            state={
-                "node_name": record.name,
-                "node_id": node_id,
-                "pid": record.pid,
-                "replicas": [r.name for r in hit],
-                "replica_urls": {r.name: r.url for r in hit},
-            },
-        )
-        ledger.record(handle)
-        killed = kill_tree_now(record.pid)
+    def _act(
+        self, env: RayProcessEnvironment, params: KillNodeParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
+        killed = kill_tree_now(handle.state["pid"])
         handle.injected_at = time.time()
         handle.state["killed_pids"] = killed
         handle.state["killed_at"] = handle.injected_at
-        env.mark_node_lost(record.name)
+        env.mark_node_lost(handle.state["node_name"])
         ledger.record(handle)
-        logger.info("killed node %s: %d processes", record.name, len(killed))
-
-        wait_s = param(params, "wait_dead_s", float, 15.0, self.name)
-        dead_at = wait_until(
-            lambda: any(n.node_id == node_id and not n.alive for n in env.ray_nodes()), wait_s, 0.2
+        logger.info("killed node %s: %d processes", handle.state["node_name"], len(killed))
+        node_id = handle.state["node_id"]
+        handle.state["node_dead_at"] = wait_until(
+            lambda: any(n.node_id == node_id and not n.alive for n in env.ray_nodes()),
+            params.wait_dead_s,
+            0.2,
         )
-        handle.state["node_dead_at"] = dead_at
-        gone_at = {
-            name: wait_until(lambda u=url: not _endpoint_answers(u), 5.0, 0.2)
-            for name, url in handle.state["replica_urls"].items()
-        }
-        handle.state["replica_unreachable_at"] = gone_at
-        ledger.record(handle)
-        return handle
+        urls: dict[str, str] = handle.state["replica_urls"]
+        handle.state["replica_unreachable_at"] = {name: _wait_unreachable(url) for name, url in urls.items()}
 
-    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
-        env = require_local(env, self.name)
+    def _undo(
+        self, env: RayProcessEnvironment, params: KillNodeParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         replacement = handle.state.get("replacement")
         alive = {n.name for n in env.ray_nodes() if n.alive} if replacement else set()
         if replacement is None or replacement not in alive:
             record = env.add_worker()
             handle.state["replacement"] = record.name
             handle.reverted_at = time.time()
+            # Recorded before the entry goes, so a crash here never starts a second replacement.
             ledger.record(handle)
             logger.info("started replacement worker %s for %s", record.name, handle.state["node_name"])
-        ledger.remove(handle.id)
 
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
-        env = require_local(env, self.name)
+    def _evidence(self, env: RayProcessEnvironment, params: KillNodeParams, handle: FaultHandle) -> Evidence:
         node_id = handle.state["node_id"]
         nodes = env.ray_nodes()
         marked_dead = any(n.node_id == node_id and not n.alive for n in nodes)

@@ -9,24 +9,33 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import httpx
 import psutil
 
 from inferchaos.errors import ConfigError, FaultError
-from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.params import param, reject_unknown, wait_until
-from inferchaos.faults.ray.common import require_local
+from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives.capabilities import RayProcessEnvironment
 from inferchaos.primitives.replica_slots import ReplicaRecord
 
 logger = logging.getLogger(__name__)
 
-PARAMS = {"replica", "allow_total_outage", "wait_exit_s"}
+NAME = "vllm.kill_engine"
 ENGINE_PROCESS_NAME = "VLLM::EngineCore"
+
+
+@dataclass
+class KillEngineParams:
+    """The replica (number or name) whose engine dies, and how long to watch its server go."""
+
+    replica: int | str = 0
+    allow_total_outage: bool = False
+    wait_exit_s: float = 30.0
 
 
 def _health_status(url: str) -> int | None:
@@ -53,82 +62,61 @@ def find_engine_core(server_pid: int) -> psutil.Process:
 
 
 @register
-class KillEngine(Fault):
+class KillEngine(LocalProcessFault[KillEngineParams]):
     """SIGKILL the EngineCore process of one vLLM replica."""
 
-    name = "kill_engine"
+    name = NAME
+    aliases = ("kill_engine",)
     layer = Layer.VLLM
+    params_type = KillEngineParams
 
-    def _target(self, env: Any, params: dict[str, Any]) -> tuple[ReplicaRecord, list[ReplicaRecord]]:
-        reject_unknown(params, PARAMS, self.name)
-        replica = params.get("replica", 0)
-        wanted = (
-            f"replica-{replica}"
-            if isinstance(replica, int) and not isinstance(replica, bool)
-            else str(replica)
-        )
+    def _plan(self, env: RayProcessEnvironment, params: KillEngineParams) -> Planned:
+        wanted = replica_name(params.replica)
         records = env.replica_records()
         target = next((r for r in records if r.name == wanted), None)
         if target is None:
-            raise ConfigError(f"kill_engine: no replica named {wanted!r}; known: {[r.name for r in records]}")
+            raise ConfigError(f"{self.name}: no replica named {wanted!r}; known: {[r.name for r in records]}")
         if target.state != "healthy":
-            raise ConfigError(f"kill_engine: {wanted} is {target.state}, not healthy; nothing to kill")
+            raise ConfigError(f"{self.name}: {wanted} is {target.state}, not healthy; nothing to kill")
         others = [r for r in records if r.name != wanted and r.state == "healthy"]
-        if not others and not param(params, "allow_total_outage", bool, False, self.name):
+        if not others and not params.allow_total_outage:
             raise ConfigError(
-                f"kill_engine: {wanted} is the only healthy replica; set allow_total_outage to allow it"
+                f"{self.name}: {wanted} is the only healthy replica; set allow_total_outage to allow it"
             )
-        return target, others
-
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
-        env = require_local(env, self.name)
-        param(params, "wait_exit_s", float, 30.0, self.name)
-        target, others = self._target(env, params)
         engine = find_engine_core(target.vllm_pid)
-        return FaultPlan(
-            fault=self.name,
-            layer=self.layer,
-            description=(
-                f"SIGKILL the EngineCore (pid {engine.pid}) of {target.name}; its server answers 503 and exits; "
-                f"{', '.join(r.name for r in others) or 'no replica'} keeps serving; Serve replaces {target.name}"
-            ),
-            targets=[f"replica:{target.name}", f"pid:{engine.pid}"],
-            params=params,
+        description = (
+            f"SIGKILL the EngineCore (pid {engine.pid}) of {target.name}; its server answers 503 and exits; "
+            f"{', '.join(r.name for r in others) or 'no replica'} keeps serving; Serve replaces {target.name}"
         )
+        state = {
+            "replica": target.name,
+            "url": target.url,
+            "server_pid": target.vllm_pid,
+            "engine_pid": engine.pid,
+            "actor_pid": target.actor_pid,
+            "started_at_before": target.started_at,
+        }
+        return Planned(description, [f"replica:{target.name}", f"pid:{engine.pid}"], state)
 
-    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
-        env = require_local(env, self.name)
-        target, _ = self._target(env, params)
-        engine = find_engine_core(target.vllm_pid)
-        handle = FaultHandle(
-            fault=self.name,
-            layer=self.layer,
-            params=params,
-            env=env.name,
-            state={
-                "replica": target.name,
-                "url": target.url,
-                "server_pid": target.vllm_pid,
-                "engine_pid": engine.pid,
-                "actor_pid": target.actor_pid,
-                "started_at_before": target.started_at,
-            },
-        )
-        ledger.record(handle)
+    def _act(
+        self, env: RayProcessEnvironment, params: KillEngineParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
+        engine = find_engine_core(handle.state["server_pid"])
+        if engine.pid != handle.state["engine_pid"]:
+            raise FaultError(f"{self.name}: {handle.state['replica']}'s engine changed since the plan")
         engine.kill()
         handle.injected_at = time.time()
         ledger.record(handle)
-        wait_s = param(params, "wait_exit_s", float, 30.0, self.name)
+        url, server_pid = handle.state["url"], handle.state["server_pid"]
         # The server notices its engine is gone, answers 503 for a moment, then exits.
-        handle.state["unhealthy_at"] = wait_until(lambda: _health_status(target.url) != 200, wait_s, 0.1)
+        handle.state["unhealthy_at"] = wait_until(lambda: _health_status(url) != 200, params.wait_exit_s, 0.1)
         handle.state["server_exited_at"] = wait_until(
-            lambda: not psutil.pid_exists(target.vllm_pid) or _is_zombie(target.vllm_pid), wait_s, 0.2
+            lambda: not psutil.pid_exists(server_pid) or _is_zombie(server_pid), params.wait_exit_s, 0.2
         )
-        ledger.record(handle)
-        return handle
 
-    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
-        env = require_local(env, self.name)
+    def _undo(
+        self, env: RayProcessEnvironment, params: KillEngineParams, handle: FaultHandle, ledger: Ledger
+    ) -> None:
         replaced = self._replacement(env, handle)
         if replaced is None and psutil.pid_exists(handle.state["actor_pid"]):
             # Serve has not replaced the replica yet: end its actor so Serve must.
@@ -146,11 +134,8 @@ class KillEngine(Fault):
                     except ValueError:
                         continue  # it died between the listing and now: Serve replaces it anyway
                     ray.kill(replica)
-        handle.reverted_at = handle.reverted_at or time.time()
-        ledger.record(handle)
-        ledger.remove(handle.id)
 
-    def _replacement(self, env: Any, handle: FaultHandle) -> ReplicaRecord | None:
+    def _replacement(self, env: RayProcessEnvironment, handle: FaultHandle) -> ReplicaRecord | None:
         for record in env.replica_records():
             if (
                 record.name == handle.state["replica"]
@@ -159,8 +144,9 @@ class KillEngine(Fault):
                 return record
         return None
 
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
-        env = require_local(env, self.name)
+    def _evidence(
+        self, env: RayProcessEnvironment, params: KillEngineParams, handle: FaultHandle
+    ) -> Evidence:
         replacement = self._replacement(env, handle)
         unhealthy_at = handle.state.get("unhealthy_at")
         exited_at = handle.state.get("server_exited_at")
@@ -170,17 +156,13 @@ class KillEngine(Fault):
             and replacement.state == "healthy"
             and _health_status(replacement.url) == 200
         )
-        timestamps = {
-            k: v
-            for k, v in {
-                "injected_at": handle.injected_at,
-                "unhealthy_at": unhealthy_at,
-                "server_exited_at": exited_at,
-                "reverted_at": handle.reverted_at,
-                "replica_healthy_at": replacement.ready_at if healthy_again and replacement else None,
-            }.items()
-            if v
-        }
+        timestamps = set_times({
+            "injected_at": handle.injected_at,
+            "unhealthy_at": unhealthy_at,
+            "server_exited_at": exited_at,
+            "reverted_at": handle.reverted_at,
+            "replica_healthy_at": replacement.ready_at if healthy_again and replacement else None,
+        })  # fmt: skip
         symptoms = {
             "replica": handle.state["replica"],
             "engine_pid": handle.state["engine_pid"],

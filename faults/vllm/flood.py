@@ -21,26 +21,18 @@ from typing import Any
 import httpx
 
 from inferchaos.errors import ConfigError, FaultError, ProbeError
-from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, env_name, set_times
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.params import param, reject_unknown
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
 from inferchaos.layers import Layer
+from inferchaos.primitives.capabilities import StatusEnvironment
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.vllm_metrics import parse_metrics
 
 logger = logging.getLogger(__name__)
 
-PARAMS = {
-    "target",
-    "concurrency",
-    "rate_per_s",
-    "duration_s",
-    "prompt_fraction",
-    "max_concurrency",
-    "saturate_timeout_s",
-}
+NAME = "vllm.flood_kv_cache"
 WORDS = (
     "alpha",
     "beta",
@@ -56,6 +48,37 @@ WORDS = (
     "ray",
 )
 DEFAULT_MAX_CONCURRENCY = 64
+
+
+@dataclass
+class FloodParams:
+    """Where the flood goes, how hard (default concurrency: sized from the KV capacity) and for how long."""
+
+    target: str = FRONT_DOOR
+    concurrency: int | None = None
+    rate_per_s: float = 0.0
+    duration_s: float | None = None
+    prompt_fraction: float = 0.7
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    # How long inject waits for the KV cache to saturate before it returns.
+    saturate_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0.1 <= self.prompt_fraction <= 0.9:
+            raise ConfigError(
+                f"{NAME}: prompt_fraction must be between 0.1 and 0.9, got {self.prompt_fraction}"
+            )
+        if self.rate_per_s < 0 or (self.duration_s is not None and self.duration_s <= 0):
+            raise ConfigError(f"{NAME}: rate_per_s must be >= 0 and duration_s positive")
+        if self.concurrency is not None:
+            self.check_concurrency(self.concurrency)
+
+    def check_concurrency(self, concurrency: int) -> None:
+        """The blast-radius fence on the number of open streams."""
+        if not 1 <= concurrency <= self.max_concurrency:
+            raise ConfigError(
+                f"{NAME}: concurrency {concurrency} must be between 1 and max_concurrency {self.max_concurrency}"
+            )
 
 
 @dataclass
@@ -145,7 +168,7 @@ class _FloodThread(threading.Thread):
             gate = asyncio.Semaphore(s.concurrency)
             monitor = asyncio.create_task(self._monitor(client))
             launcher = asyncio.create_task(self._launch(client, gate))
-            stop_wait = asyncio.create_task(self._stop_event.wait())
+            stop_wait: asyncio.Task[Any] = asyncio.create_task(self._stop_event.wait())
             waits = {stop_wait}
             if s.duration_s:
                 waits.add(asyncio.create_task(asyncio.sleep(s.duration_s)))
@@ -223,53 +246,48 @@ class _FloodThread(threading.Thread):
 
 
 @register
-class FloodKvCache(Fault):
+class FloodKvCache(TypedFault[FloodParams, StatusEnvironment]):
     """Fill vLLM's KV cache with long-context streaming requests."""
 
-    name = "flood_kv_cache"
+    name = NAME
+    aliases = ("flood_kv_cache",)
     layer = Layer.VLLM
+    params_type = FloodParams
 
     def __init__(self) -> None:
         self._threads: dict[str, _FloodThread] = {}
 
-    def settings(self, env: Any, params: dict[str, Any]) -> tuple[VllmTarget, FloodSettings]:
+    def _open(self, env: Any) -> StatusEnvironment:
+        if not isinstance(env, StatusEnvironment):
+            raise ConfigError(f"{self.name}: environment {env_name(env)!r} reports no status to find vLLM in")
+        return env
+
+    def settings(self, env: StatusEnvironment, params: FloodParams) -> tuple[VllmTarget, FloodSettings]:
         """Resolve the target and size the flood; touches nothing."""
-        reject_unknown(params, PARAMS, self.name)
-        target = resolve_target(env, param(params, "target", str, FRONT_DOOR, self.name))
-        fraction = param(params, "prompt_fraction", float, 0.7, self.name)
-        if not 0.1 <= fraction <= 0.9:
-            raise ConfigError(f"flood_kv_cache: prompt_fraction must be between 0.1 and 0.9, got {fraction}")
-        rate = param(params, "rate_per_s", float, 0.0, self.name)
-        duration = param(params, "duration_s", float, None, self.name)
-        if rate < 0 or (duration is not None and duration <= 0):
-            raise ConfigError("flood_kv_cache: rate_per_s must be >= 0 and duration_s positive")
+        target = resolve_target(env, params.target)
         max_len = served_max_model_len(target.url, target.model)
         capacity = 0
         for url in target.metrics_urls.values():
             try:
                 capacity += _read_snapshot(url).kv_capacity_tokens or 0
             except (httpx.HTTPError, ProbeError) as e:
-                raise FaultError(f"flood_kv_cache: could not read KV capacity from {url}: {e}") from e
+                raise FaultError(f"{self.name}: could not read KV capacity from {url}: {e}") from e
         if capacity <= 0:
             raise FaultError(
-                "flood_kv_cache: the replicas do not report their KV capacity (vllm:cache_config_info)"
+                f"{self.name}: the replicas do not report their KV capacity (vllm:cache_config_info)"
             )
-        prompt_tokens = int(max_len * fraction)
+        prompt_tokens = int(max_len * params.prompt_fraction)
         sample = _prompt(200, 0)
         tokens_per_word = _count_tokens(target.url, target.model, sample) / 200
         words = max(1, int(prompt_tokens / tokens_per_word * 0.95))
         # Room for tokenization to vary between prompts, so none exceeds the context limit.
         max_tokens = max(16, max_len - int(prompt_tokens * 1.1) - 16)
-        concurrency = param(params, "concurrency", int, None, self.name)
+        concurrency = params.concurrency
         if concurrency is None:
             # Enough prompts to overfill every replica's cache at prefill, plus queued ones.
             per_replica = math.ceil(capacity / len(target.metrics_urls) / prompt_tokens) + 2
             concurrency = per_replica * len(target.metrics_urls)
-        cap = param(params, "max_concurrency", int, DEFAULT_MAX_CONCURRENCY, self.name)
-        if not 1 <= concurrency <= cap:
-            raise ConfigError(
-                f"flood_kv_cache: concurrency {concurrency} must be between 1 and max_concurrency {cap}"
-            )
+        params.check_concurrency(concurrency)
         return target, FloodSettings(
             url=target.url,
             model=target.model,
@@ -279,52 +297,39 @@ class FloodKvCache(Fault):
             max_tokens=max_tokens,
             words_per_prompt=words,
             concurrency=concurrency,
-            rate_per_s=rate,
-            duration_s=duration,
+            rate_per_s=params.rate_per_s,
+            duration_s=params.duration_s,
             kv_capacity_tokens=capacity,
         )
 
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+    def _plan(self, env: StatusEnvironment, params: FloodParams) -> Planned:
         target, s = self.settings(env, params)
-        return FaultPlan(
-            fault=self.name,
-            layer=self.layer,
-            description=(
-                f"keep {s.concurrency} streaming completions of ~{s.prompt_tokens} prompt tokens and "
-                f"{s.max_tokens} output tokens (ignore_eos) open against {target.name} ({s.url}); "
-                f"KV capacity {s.kv_capacity_tokens} tokens; revert closes every connection"
-            ),
-            targets=[f"vllm:{name}" for name in s.metrics_urls],
-            params={**params, "concurrency": s.concurrency},
+        description = (
+            f"keep {s.concurrency} streaming completions of ~{s.prompt_tokens} prompt tokens and "
+            f"{s.max_tokens} output tokens (ignore_eos) open against {target.name} ({s.url}); "
+            f"KV capacity {s.kv_capacity_tokens} tokens; revert closes every connection"
         )
+        state = {"settings": asdict(s), "target": target.name}
+        recorded = {**asdict(params), "concurrency": s.concurrency}
+        return Planned(description, [f"vllm:{name}" for name in s.metrics_urls], state, recorded)
 
-    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
-        target, s = self.settings(env, params)
+    def _act(self, env: StatusEnvironment, params: FloodParams, handle: FaultHandle, ledger: Ledger) -> None:
+        s = FloodSettings(**handle.state["settings"])
         baseline = [stream_completion(s.url, s.model, "ping", max_tokens=4, timeout_s=30) for _ in range(3)]
-        handle = FaultHandle(
-            fault=self.name,
-            layer=self.layer,
-            params={**params, "concurrency": s.concurrency},
-            env=env.name,
-            state={"settings": asdict(s), "target": target.name},
-        )
         handle.state["probe_ttft_before_s"] = _median([r.ttft_s for r in baseline if r.ok])
         ledger.record(handle)
         thread = _FloodThread(s, handle.id)
         handle.injected_at = time.time()
         thread.start()
         self._threads[handle.id] = thread
-        saturate_timeout = param(params, "saturate_timeout_s", float, 30.0, self.name)
-        deadline = time.monotonic() + saturate_timeout
+        deadline = time.monotonic() + params.saturate_timeout_s
         while time.monotonic() < deadline and thread.obs.saturated_at is None and thread.is_alive():
             time.sleep(0.2)
         during = [stream_completion(s.url, s.model, "ping", max_tokens=4, timeout_s=60) for _ in range(3)]
         handle.state["probe_ttft_during_s"] = _median([r.ttft_s for r in during if r.ok])
         handle.state["observations"] = asdict(thread.obs)
-        ledger.record(handle)
-        return handle
 
-    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
+    def _undo(self, env: StatusEnvironment, params: FloodParams, handle: FaultHandle, ledger: Ledger) -> None:
         thread = self._threads.pop(handle.id, None)
         if thread is not None:
             thread.stop()
@@ -334,9 +339,8 @@ class FloodKvCache(Fault):
             handle.state["drained_at"] = _wait_drained(urls, timeout_s=30.0)
             ledger.record(handle)
         # A flood from a process that died ended with it: its connections closed with the process.
-        ledger.remove(handle.id)
 
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+    def _evidence(self, env: StatusEnvironment, params: FloodParams, handle: FaultHandle) -> Evidence:
         thread = self._threads.get(handle.id)
         obs = asdict(thread.obs) if thread is not None else handle.state.get("observations", {})
         preempted = obs.get("preemptions_max", 0) - obs.get("preemptions_at_start", 0)
@@ -345,16 +349,12 @@ class FloodKvCache(Fault):
         before, during = handle.state.get("probe_ttft_before_s"), handle.state.get("probe_ttft_during_s")
         bit = saturated and queued
         injected = handle.injected_at or 0.0
-        timestamps = {
-            k: v
-            for k, v in {
-                "injected_at": handle.injected_at,
-                "kv_saturated_at": obs.get("saturated_at"),
-                "reverted_at": handle.reverted_at,
-                "queue_drained_at": handle.state.get("drained_at"),
-            }.items()
-            if v
-        }
+        timestamps = set_times({
+            "injected_at": handle.injected_at,
+            "kv_saturated_at": obs.get("saturated_at"),
+            "reverted_at": handle.reverted_at,
+            "queue_drained_at": handle.state.get("drained_at"),
+        })  # fmt: skip
         symptoms = {
             "target": handle.state["target"],
             "concurrency": handle.state["settings"]["concurrency"],

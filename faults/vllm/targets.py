@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
 from inferchaos.errors import ConfigError, FaultError
+from inferchaos.primitives.capabilities import StatusEnvironment
 
 FRONT_DOOR = "front_door"
 
@@ -22,7 +22,7 @@ class VllmTarget:
     model: str
 
 
-def resolve_target(env: Any, target: str) -> VllmTarget:
+def resolve_target(env: StatusEnvironment, target: str) -> VllmTarget:
     """``front_door`` or a replica name (``replica-0``) -> its URLs, from ``env.status()``."""
     status = env.status()
     replicas = {r.name: r for r in status.vllm.replicas}

@@ -8,9 +8,12 @@ the capability satisfies structurally.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from inferchaos.primitives.env_status import EnvStatus, NodeStatus
+from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.ray_nodes import RayNodeRecord
+from inferchaos.primitives.replica_slots import ReplicaRecord
 
 
 class RecordedLocalState(Protocol):
@@ -27,3 +30,77 @@ class RecordedLocalState(Protocol):
 
     @property
     def replica_slots(self) -> range: ...
+
+
+# --- What faults act through ---
+# Faults take the environment as ``Any`` at their public edge (the runner, `inferchaos cleanup`
+# and the Chaos Toolkit adapter hand them whatever environment they opened) and narrow it to
+# one of these with ``isinstance`` before acting, so a fault on the wrong environment is
+# refused with one ConfigError line instead of an AttributeError halfway through.
+
+
+@runtime_checkable
+class NamedEnvironment(Protocol):
+    """Every environment: its name is recorded in each ledger entry."""
+
+    name: str
+
+
+@runtime_checkable
+class RayProcessEnvironment(Protocol):
+    """What Ray-layer faults (and the engine kill) need: the embedded environment's process records."""
+
+    name: str
+
+    def load_state(self) -> RecordedLocalState: ...
+    def connect_ray(self) -> None: ...
+    def ray_nodes(self) -> list[NodeStatus]: ...
+    def replica_records(self) -> list[ReplicaRecord]: ...
+    def add_worker(self) -> RayNodeRecord: ...
+    def mark_node_lost(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class StatusEnvironment(Protocol):
+    """What the vLLM flood needs: the front door, the replicas' endpoints and the served model."""
+
+    name: str
+
+    def status(self) -> EnvStatus: ...
+
+
+class ReplicaSlotConfig(Protocol):
+    """The part of a local environment's configuration that sizes its replica slots."""
+
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def replica_memory_mib(self) -> int: ...
+
+
+class SlotBudgetState(RecordedLocalState, Protocol):
+    """A recorded local state, with where it lives and how its replica budgets were sized."""
+
+    @property
+    def state_dir(self) -> str: ...
+
+    @property
+    def config(self) -> ReplicaSlotConfig: ...
+
+
+@runtime_checkable
+class BudgetEnvironment(Protocol):
+    """What the squat of a replica's memory budget (``host:<slot>``) needs: the recorded state."""
+
+    name: str
+
+    def load_state(self) -> SlotBudgetState: ...
+
+
+@runtime_checkable
+class KubeEnvironment(Protocol):
+    """What Kubernetes faults need: a cluster fenced by its allow-list."""
+
+    name: str
+    k8s: K8sTarget

@@ -10,8 +10,8 @@ from env_checks import free_gpus, healthy_replica_names
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.faults.base import wait_until
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.params import wait_until
 from inferchaos.faults.ray.actors import LEAK_NAMESPACE, LeakActors
 from inferchaos.faults.ray.node import KillNode
 from inferchaos.faults.ray.placement import StallPlacementGroup

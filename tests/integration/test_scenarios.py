@@ -121,7 +121,7 @@ def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
 
     result = _inferchaos(["cleanup"], integration_home)
     assert result.returncode == 0, result.stderr
-    assert "reverted leak_actors" in result.stdout
+    assert "reverted ray.leak_actors" in result.stdout
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and leaked():
         time.sleep(0.5)

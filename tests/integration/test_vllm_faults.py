@@ -10,8 +10,8 @@ from env_checks import healthy_replica_names
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.faults.base import wait_until
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.params import wait_until
 from inferchaos.faults.vllm.engine import KillEngine
 from inferchaos.faults.vllm.flood import FloodKvCache
 from inferchaos.primitives.openai_stream import stream_completion

@@ -10,7 +10,7 @@ from inferchaos.layers import Layer
 
 
 def test_entries_survive_a_new_ledger_object(tmp_path: Path) -> None:
-    handle = FaultHandle(fault="leak_actors", layer=Layer.RAY, params={"count": 3}, env="local")
+    handle = FaultHandle(fault="ray.leak_actors", layer=Layer.RAY, params={"count": 3}, env="local")
     Ledger(tmp_path).record(handle)
     handle.state["actor_ids"] = ["a1", "a2"]
     Ledger(tmp_path).record(handle)
@@ -21,7 +21,7 @@ def test_entries_survive_a_new_ledger_object(tmp_path: Path) -> None:
 
 def test_remove_is_idempotent(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
-    handle = FaultHandle(fault="kill_node", layer=Layer.RAY, params={}, env="local")
+    handle = FaultHandle(fault="ray.kill_node", layer=Layer.RAY, params={}, env="local")
     ledger.record(handle)
     ledger.remove(handle.id)
     ledger.remove(handle.id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.actors import LeakActors
 from inferchaos.faults.ray.node import KillNode
 from inferchaos.faults.ray.placement import StallPlacementGroup
+from inferchaos.faults.registry import get_fault
 from inferchaos.layers import Layer
 from inferchaos.primitives.env_status import NodeStatus
 from inferchaos.primitives.ray_nodes import NodePorts, RayNodeRecord
@@ -103,17 +105,24 @@ def test_kill_node_refuses_a_total_outage_unless_allowed() -> None:
 
 
 def test_kill_node_revert_from_the_ledger_starts_one_replacement_however_often_it_runs(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     env = FakeRayEnv()
     ledger = Ledger(tmp_path)
-    # What a crashed runner left: the node was killed, nothing replaced it yet.
+    # What a crashed runner of an older release left (the fault's old name): the node was
+    # killed, nothing replaced it yet.
     handle = FaultHandle(fault="kill_node", layer=Layer.RAY, params={"replica": 1}, env="local",
                          state={"node_name": "worker-2", "node_id": "b" * 56, "pid": 12})  # fmt: skip
     ledger.record(handle)
     (from_disk,) = Ledger(tmp_path).entries()
-    KillNode().revert(env, from_disk, ledger)
-    KillNode().revert(env, from_disk, ledger)
+    with caplog.at_level(logging.WARNING, logger="inferchaos.faults.registry"):
+        fault = get_fault(from_disk.fault)
+    assert fault.name == "ray.kill_node"
+    assert [r.getMessage() for r in caplog.records] == [
+        "fault name 'kill_node' is deprecated: use 'ray.kill_node'"
+    ]
+    fault.revert(env, from_disk, ledger)
+    fault.revert(env, from_disk, ledger)
     assert env.added == ["worker-3"]
     assert ledger.is_empty()
 
@@ -137,6 +146,14 @@ def test_stall_placement_group_refuses_an_unknown_mode_before_touching_ray() -> 
         StallPlacementGroup().plan(FakeRayEnv(), {"mode": "loose"})
 
 
-def test_ray_faults_refuse_other_environments() -> None:
-    with pytest.raises(ConfigError, match="local environment only"):
-        KillNode().plan(FakeRayEnv(name="cluster"), {"replica": 1})
+@dataclass
+class ClusterEnv:
+    """An environment without the embedded environment's process records (as a KubeRay cluster)."""
+
+    name: str = "cluster"
+
+
+@pytest.mark.parametrize("fault", [KillNode, LeakActors, StallPlacementGroup])
+def test_ray_faults_refuse_other_environments(fault: type) -> None:
+    with pytest.raises(ConfigError, match="local environment only.*not on 'cluster'"):
+        fault().plan(ClusterEnv(), {})

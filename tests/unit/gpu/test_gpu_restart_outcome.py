@@ -97,7 +97,12 @@ def test_watch_returns_at_the_failure_and_notes_another_replica_that_was_not_hea
 
 
 def _handle(state_dir: str, restarted_at: float, **state: Any) -> FaultHandle:
-    handle = FaultHandle(fault="squat_device_memory", layer=Layer.DEVICE, params={}, env="local")
+    handle = FaultHandle(
+        fault="device.squat_device_memory",
+        layer=Layer.DEVICE,
+        params={"device": "host:1", "bytes": 2_000_000_000},
+        env="local",
+    )
     handle.state = {
         "backend": "host", "device": "host:1", "bytes": 2_000_000_000, "allocated_bytes": 2_000_000_000,
         "budget": "inferchaos-abc123-replica-1", "replica": "replica-1", "restart_replica": True,

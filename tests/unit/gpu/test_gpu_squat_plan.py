@@ -97,8 +97,8 @@ def test_host_device_without_a_budget_does_not_exist(
         ({"device": "host:1", "bytes": -5}, "positive number of bytes"),
         ({"device": "gpu0", "bytes": GIB}, "neither host:<slot>"),
         ({"device": "host:1", "bytes": GIB, "backend": "cuda"}, "does not match device host:1"),
-        ({"device": "host:1", "bytes": GIB, "color": "red"}, r"unknown parameter\(s\) \['color'\]"),
-        ({"bytes": GIB}, "'device' is required"),
+        ({"device": "host:1", "bytes": GIB, "color": "red"}, r"unknown parameter\(s\) color"),
+        ({"bytes": GIB}, r"missing required parameter\(s\) device"),
     ],
 )
 def test_malformed_parameters_are_refused(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from inferchaos.faults.base import FaultHandle
-from inferchaos.faults.gpu.actions import rollback_squat_device_memory
+from inferchaos.faults.device.actions import rollback_squat_device_memory
 from inferchaos.faults.gpu.launch import SquatterSpec, find_squatters, start_squatter, wait_ready
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger
@@ -24,7 +24,8 @@ MIB = 1024 * 1024
 
 def _handle(state: dict[str, Any]) -> FaultHandle:
     base = {"backend": "host", "device": "host:1", "bytes": 4 * MIB}
-    return FaultHandle(fault="squat_device_memory", layer=Layer.DEVICE, params={"device": "host:1"}, env="local",
+    return FaultHandle(fault="device.squat_device_memory", layer=Layer.DEVICE, params={"device": "host:1", "bytes": 4 * MIB},
+                       env="local",
                        state={**base, **state})  # fmt: skip
 
 
@@ -118,3 +119,13 @@ def test_rollback_action_reverts_only_squat_entries(inferchaos_home: Path) -> No
     assert rollback_squat_device_memory() == [squat.id]
     assert [h.id for h in ledger.entries()] == [other.id]
     assert rollback_squat_device_memory() == []
+
+
+def test_rollback_action_reverts_an_entry_an_older_release_wrote(inferchaos_home: Path) -> None:
+    ledger = Ledger()
+    old = _handle({"squatter_pid": _gone_pid()})
+    old.fault = "squat_device_memory"  # the name before faults were <layer>.<verb>
+    ledger.record(old)
+
+    assert rollback_squat_device_memory() == [old.id]
+    assert ledger.is_empty()

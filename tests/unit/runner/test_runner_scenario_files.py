@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from inferchaos.experiments.spec import load_and_validate
+from inferchaos.errors import ConfigError
+from inferchaos.experiments.spec import ensure_experiment_is_valid, load_and_validate
+from inferchaos.faults.base import TypedFault
+from inferchaos.faults.registry import fault_names, get_fault
 
 REPO = Path(__file__).resolve().parents[3]
 CHAOS = REPO / ".venv" / "bin" / "chaos"
@@ -53,3 +60,53 @@ def test_load_and_validate_accepts_the_scenario(path: Path) -> None:
     assert spec.fault.duration_s > 0 and spec.baseline_s > 0
     assert spec.slos.slos, "a scenario without SLOs judges nothing"
     assert spec.raw["method"][spec.fault.index]["provider"]["func"] == spec.fault.func
+
+
+def test_every_fault_parameter_is_settable_from_yaml() -> None:
+    # The Chaos Toolkit action of `<layer>.<verb>` is `<verb>` in inferchaos.faults.<layer>.actions,
+    # and it takes exactly the fault's parameters, so chaoslib accepts each one in a YAML.
+    for name in fault_names():
+        fault = get_fault(name)
+        if not isinstance(fault, TypedFault):
+            continue  # a test's stand-in
+        layer, verb = name.split(".", 1)
+        module = importlib.import_module(f"inferchaos.faults.{layer}.actions")
+        action, rollback = getattr(module, verb), getattr(module, f"rollback_{verb}")
+        wanted = {f.name for f in dataclasses.fields(fault.params_type)} | {"configuration", "secrets"}
+        assert set(inspect.signature(action).parameters) == wanted, name
+        assert set(inspect.signature(rollback).parameters) == set(fault.rollback_keys) | {
+            "configuration",
+            "secrets",
+        }
+
+
+def _kv_flood_with(**arguments: object) -> dict:
+    raw = yaml.safe_load((REPO / "experiments" / "kv_flood.yaml").read_text())
+    raw["method"][0]["provider"]["arguments"].update(arguments)
+    return raw
+
+
+def test_parameters_the_old_wrappers_dropped_are_accepted() -> None:
+    spec = ensure_experiment_is_valid(_kv_flood_with(saturate_timeout_s=45), Path("kv_flood.yaml"))
+    assert spec.fault.fault == "vllm.flood_kv_cache"
+    assert spec.fault.params["saturate_timeout_s"] == 45
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            {"concurrency": "lots"},
+            r"kv_flood.yaml: method\[0\].provider.arguments.concurrency: .*must be int",
+        ),
+        ({"concurency": 4}, r"kv_flood.yaml: method\[0\].provider.arguments.concurency: unknown argument"),
+        (
+            {"prompt_fraction": 0.95},
+            r"kv_flood.yaml: method\[0\].provider.arguments: .*prompt_fraction must be",
+        ),
+    ],
+)
+def test_bad_fault_arguments_are_one_line_naming_the_key(arguments: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as refused:
+        ensure_experiment_is_valid(_kv_flood_with(**arguments), Path("kv_flood.yaml"))
+    assert "\n" not in str(refused.value)
