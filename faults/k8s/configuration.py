@@ -9,7 +9,7 @@ Keys read from ``configuration`` (``secrets`` holds only the token)::
     kube_api_url: https://host:6443   # optional: talk to this URL instead of reading a kubeconfig
     kube_ca_file: /path/ca.crt        # optional, with kube_api_url
     container_runtime: docker         # or podman: runs kind's node containers
-    k8s_allow:                        # required: see faults.k8s.allowlist.K8sAllowList
+    k8s_allow:                        # required: see inferchaos.primitives.kube.allowlist.AllowList
       contexts: [kind-inferchaos]
       namespaces: [inferchaos]
       node_selector: inferchaos.io/pool=gpu
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.primitives.kube.allowlist import K8sAllowList
+from inferchaos.primitives.kube.allowlist import AllowList
 from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
 
 
@@ -50,7 +50,7 @@ def env_from_configuration(
         raise ConfigError(
             "configuration needs a k8s_allow block (contexts, namespaces, node_selector, max_targets)"
         )
-    allow = K8sAllowList.from_dict(allow_block)
+    allow = AllowList.from_dict(allow_block)
     runtime = str(config.get("container_runtime", "docker"))
     if config.get("kube_api_url"):
         token = (secrets or {}).get("kube_token")

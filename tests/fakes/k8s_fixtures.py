@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client import ApiClient, Configuration
 
 from inferchaos.faults.ledger import Ledger
-from inferchaos.primitives.kube.allowlist import K8sAllowList
+from inferchaos.primitives.kube.allowlist import AllowList
 from inferchaos.primitives.kube.client import K8sTarget
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_doubles import RUNTIME_SCRIPT, FakeRuntime, KindEnv
@@ -52,8 +52,8 @@ def api_client(fake_server: FakeApiServer, cluster: FakeCluster) -> Iterator[Api
 
 
 @pytest.fixture
-def allow() -> K8sAllowList:
-    return K8sAllowList(contexts=[CONTEXT], namespaces=[NS], node_selector=GPU_POOL, max_targets=3)
+def allow() -> AllowList:
+    return AllowList(contexts=[CONTEXT], namespaces=[NS], node_selector=GPU_POOL, max_targets=3)
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def fake_runtime(tmp_path: Path) -> FakeRuntime:
 
 
 @pytest.fixture
-def env(api_client: ApiClient, allow: K8sAllowList, fake_runtime: FakeRuntime) -> KindEnv:
+def env(api_client: ApiClient, allow: AllowList, fake_runtime: FakeRuntime) -> KindEnv:
     return KindEnv("kind", K8sTarget(api_client, allow, runtime=str(fake_runtime.binary), context=CONTEXT))
 
 

@@ -123,7 +123,3 @@ def with_current_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
             logger.warning("%s: %s is deprecated; call it %s", where, old, new)
             data[new] = data.pop(old)
     return data
-
-
-# The name the Kubernetes faults know it by.
-K8sAllowList = AllowList

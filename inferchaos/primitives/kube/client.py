@@ -18,7 +18,7 @@ from kubernetes.config import new_client_from_config
 from kubernetes.config.config_exception import ConfigException
 
 from inferchaos.errors import ConfigError
-from inferchaos.primitives.kube.allowlist import K8sAllowList
+from inferchaos.primitives.kube.allowlist import AllowList
 
 
 @dataclass
@@ -30,7 +30,7 @@ class K8sTarget:
     """
 
     api_client: ApiClient
-    allow: K8sAllowList
+    allow: AllowList
     runtime: str = "docker"
     context: str | None = None
 
@@ -67,7 +67,7 @@ def env_name(env: Any) -> str:
 
 
 def connect_kubeconfig(
-    context: str, allow: K8sAllowList, runtime: str = "docker", config_file: str | None = None
+    context: str, allow: AllowList, runtime: str = "docker", config_file: str | None = None
 ) -> K8sTarget:
     """A K8sTarget for ``context`` of a kubeconfig file (``$KUBECONFIG`` or ~/.kube/config)."""
     try:
@@ -80,7 +80,7 @@ def connect_kubeconfig(
 def connect_url(
     url: str,
     context: str,
-    allow: K8sAllowList,
+    allow: AllowList,
     token: str | None = None,
     runtime: str = "docker",
     ca_file: str | None = None,

@@ -12,7 +12,7 @@ import pytest
 from inferchaos.errors import ConfigError, FaultError
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import fault_names, get_fault
-from inferchaos.primitives.kube.allowlist import K8sAllowList
+from inferchaos.primitives.kube.allowlist import AllowList
 from tests.fakes.apiserver import FakeCluster, RecordedRequest
 from tests.fakes.k8s_doubles import KindEnv
 from tests.fakes.k8s_objects import CONTROL_PLANE, FAULT_PARAMS, NS, WORKERS, node
@@ -91,9 +91,7 @@ def test_plan_refuses_more_targets_than_allowed(
 
 
 def test_an_empty_allow_list_allows_nothing(env: KindEnv, cluster: FakeCluster) -> None:
-    env.k8s.allow = K8sAllowList(
-        contexts=["kind-inferchaos"], namespaces=[], node_selector=None, max_targets=5
-    )
+    env.k8s.allow = AllowList(contexts=["kind-inferchaos"], namespaces=[], node_selector=None, max_targets=5)
     with pytest.raises(ConfigError, match="allowed: none"):
         get_fault("k8s.kill_pods").plan(env, FAULT_PARAMS["k8s.kill_pods"])
 
