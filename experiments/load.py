@@ -150,8 +150,8 @@ def history_samples(rows: list[dict[str, str]]) -> list[Sample]:
         ("itl", "95%", "load.itl_p95_s"),
         ("e2e", "95%", "load.e2e_p95_s"),
     ):
-        row = newest.get((REQUEST_TYPE, metric))
-        value = _number(row, column) if row else None
+        stat = newest.get((REQUEST_TYPE, metric))
+        value = _number(stat, column) if stat else None
         if value is not None:
             samples.append(Sample(probe, value / 1000.0))
     return samples

@@ -85,7 +85,8 @@ def use_ray_auth(state: LocalEnvState) -> None:
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = token
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
-    from ray._raylet import AuthenticationTokenLoader, Config
+    # ray's _raylet.pyi stub leaves out these two Cython classes; the extension module has them.
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()

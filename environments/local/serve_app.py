@@ -285,8 +285,8 @@ class VLLMReplica:
 
 def build_app(launch: ReplicaLaunch, replicas: int) -> serve.Application:
     """The Serve application: ``replicas`` vLLM replicas, at most one per node."""
+    # The decorator form: ray types serve.deployment(cls, ...) as returning the decorator.
     deployment = serve.deployment(
-        VLLMReplica,
         name=DEPLOYMENT_NAME,
         num_replicas=replicas,
         ray_actor_options={"num_cpus": 0, "num_gpus": 1},
@@ -299,5 +299,5 @@ def build_app(launch: ReplicaLaunch, replicas: int) -> serve.Application:
         # A replica whose device is squatted fails at start-up again and again until the
         # squatter goes; Serve must keep trying rather than give the deployment up.
         max_constructor_retry_count=100_000,
-    )
+    )(VLLMReplica)
     return deployment.bind(asdict(launch))
