@@ -156,7 +156,7 @@ class K8sEnvironment:
 
     def connect_ray(self) -> None:
         """Make this process a driver of the environment's Ray cluster (once per process)."""
-        connect_driver(self.load_state())  # type: ignore[arg-type]  # the same fields LocalEnvState has
+        connect_driver(self.load_state())
 
     # -- vLLM -------------------------------------------------------------------------------
     def replica_pods(self) -> list[V1Pod]:
@@ -235,7 +235,7 @@ class K8sEnvironment:
     def status(self) -> EnvStatus:
         """Live status of every layer; EnvironmentNotUp when the kube API or Ray does not answer."""
         state = self.load_state()
-        nodes = list_ray_nodes(state)  # type: ignore[arg-type]  # the same fields LocalEnvState has
+        nodes = list_ray_nodes(state)
         replicas = self.replicas()
         serving, max_model_len = self._front_door()
         return EnvStatus(
