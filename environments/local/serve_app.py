@@ -140,6 +140,9 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 class VLLMReplica:
     """One Serve replica: one vLLM server, one logical GPU."""
 
+    # The server's wait status once it has been reaped; None while it runs.
+    _exit_status: int | None = None
+
     def __init__(self, launch: dict[str, Any]) -> None:
         self._launch = ReplicaLaunch(**{**launch, "extra_args": tuple(launch.get("extra_args", ()))})
         replicas_dir = Path(self._launch.state_dir) / "replicas"
@@ -221,7 +224,7 @@ class VLLMReplica:
 
     def _exit_reason(self) -> str:
         """Why the server died, in the words an operator would search for."""
-        status = getattr(self, "_exit_status", None)
+        status = self._exit_status
         if status is None:
             what = "exited"
         elif os.WIFSIGNALED(status):
