@@ -37,6 +37,7 @@ from inferchaos.primitives.env_status import (
     ReplicaStatus,
     VllmStatus,
 )
+from inferchaos.primitives.kube.api import object_name
 from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class K8sEnvironment:
 
     def connect_ray(self) -> None:
         """Make this process a driver of the environment's Ray cluster (once per process)."""
-        connect_driver(self.load_state())  # type: ignore[arg-type]  # the same fields LocalEnvState has
+        connect_driver(self.load_state())
 
     # -- vLLM -------------------------------------------------------------------------------
     def replica_pods(self) -> list[V1Pod]:
@@ -173,17 +174,21 @@ class K8sEnvironment:
             raise EnvironmentNotUp(
                 f"the kube API of context {self.config.kube.context!r} is unreachable: {e}"
             ) from e
-        return sorted(pods.items, key=lambda p: p.metadata.name)
+        return sorted(pods.items, key=object_name)
 
     def replica_url(self, pod: V1Pod) -> str:
         """The replica's own base URL, from ``vllm.replica_url`` and the Pod's addresses and port."""
         status = pod.status
         return self.config.vllm.replica_url.format(
-            pod_ip=status.pod_ip, host_ip=status.host_ip, port=self._port(pod), name=pod.metadata.name
+            pod_ip=status.pod_ip if status else None,
+            host_ip=status.host_ip if status else None,
+            port=self._port(pod),
+            name=object_name(pod),
         ).rstrip("/")
 
     def _port(self, pod: V1Pod) -> int:
-        ports = [p for c in pod.spec.containers for p in (c.ports or [])]
+        containers = pod.spec.containers if pod.spec else []
+        ports = [p for c in containers for p in (c.ports or [])]
         named = [p for p in ports if p.name == self.config.vllm.port_name]
         chosen = named or ports
         return int(chosen[0].container_port) if chosen else DEFAULT_VLLM_PORT
@@ -192,18 +197,20 @@ class K8sEnvironment:
         """Every vLLM Pod that has an address, with its /health now; Pending Pods are not replicas yet."""
         replicas = []
         for pod in self.replica_pods():
-            if not (pod.status and pod.status.pod_ip) or pod.metadata.deletion_timestamp is not None:
+            status = pod.status
+            terminating = pod.metadata is not None and pod.metadata.deletion_timestamp is not None
+            if not (status and status.pod_ip) or terminating:
                 continue
             url = self.replica_url(pod)
-            ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+            ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
             replicas.append(
                 ReplicaStatus(
-                    name=pod.metadata.name,
+                    name=object_name(pod),
                     url=url,
                     metrics_url=f"{url}/metrics",
-                    node_id=pod.spec.node_name or "",
+                    node_id=(pod.spec.node_name if pod.spec else None) or "",
                     healthy=ready and _answers(f"{url}/health"),
-                    state=str(pod.status.phase),
+                    state=str(status.phase),
                 )  # fmt: skip
             )
         return replicas
@@ -228,7 +235,7 @@ class K8sEnvironment:
     def status(self) -> EnvStatus:
         """Live status of every layer; EnvironmentNotUp when the kube API or Ray does not answer."""
         state = self.load_state()
-        nodes = list_ray_nodes(state)  # type: ignore[arg-type]  # the same fields LocalEnvState has
+        nodes = list_ray_nodes(state)
         replicas = self.replicas()
         serving, max_model_len = self._front_door()
         return EnvStatus(

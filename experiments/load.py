@@ -17,19 +17,19 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import psutil
 
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
-from inferchaos.experiments.probes import build_probes
+from inferchaos.experiments.probes import ProbeFactory, build_probes
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
+from inferchaos.primitives.capabilities import Environment
 from inferchaos.primitives.processes import spawn_process_group
-from inferchaos.steady_state.base import Probe, Sample
+from inferchaos.steady_state.base import Canary, Probe, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +40,6 @@ LOCUSTFILE = Path(__file__).resolve().with_name("locustfile.py")
 REPO_ROOT = LOCUSTFILE.parent.parent
 HISTORY_SUFFIX = "_stats_history.csv"
 REQUEST_TYPE = "LLM"
-
-ProbeFactory = Callable[[Any, float], tuple[list[Probe], Any]]
 
 
 class LoadError(EnvironmentError_):
@@ -150,8 +148,8 @@ def history_samples(rows: list[dict[str, str]]) -> list[Sample]:
         ("itl", "95%", "load.itl_p95_s"),
         ("e2e", "95%", "load.e2e_p95_s"),
     ):
-        row = newest.get((REQUEST_TYPE, metric))
-        value = _number(row, column) if row else None
+        stat = newest.get((REQUEST_TYPE, metric))
+        value = _number(stat, column) if stat else None
         if value is not None:
             samples.append(Sample(probe, value / 1000.0))
     return samples
@@ -324,7 +322,7 @@ class LoadedCanary:
     returns. Locust's stop is shielded: a second Ctrl-C must not leave load running.
     """
 
-    def __init__(self, canary: Any, load: LocustLoad) -> None:
+    def __init__(self, canary: Canary, load: LocustLoad) -> None:
         self.canary = canary
         self.load = load
 
@@ -353,11 +351,26 @@ def _default_csv_dir() -> Path:
     return state_root() / "load" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
-def _front_door(env: Any, canary: Any) -> tuple[str, str]:
+class _FrontDoorTarget(Protocol):
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+
+@runtime_checkable
+class _AimedCanary(Protocol):
+    """A canary that says where it sends its requests (CanaryProbe does)."""
+
+    @property
+    def config(self) -> _FrontDoorTarget: ...
+
+
+def _front_door(env: Environment, canary: Canary) -> tuple[str, str]:
     """Front-door URL and model: the canary's own, else the environment's status."""
-    config = getattr(canary, "config", None)
-    if config is not None:
-        return str(config.base_url), str(config.model)
+    if isinstance(canary, _AimedCanary):
+        return str(canary.config.base_url), str(canary.config.model)
     status = env.status()
     return status.front_door.url, status.model.name
 
@@ -377,7 +390,7 @@ def load_probe_factory(
     """
     settings = replace(options or LoadOptions(), profile=profile)
 
-    def factory(env: Any, canary_rate_per_s: float) -> tuple[list[Probe], Any]:
+    def factory(env: Environment, canary_rate_per_s: float) -> tuple[list[Probe], Canary]:
         probes, canary = base(env, canary_rate_per_s)
         host, model = _front_door(env, canary)
         folder = csv_dir or _default_csv_dir()

@@ -6,13 +6,13 @@ import asyncio
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from inferchaos.experiments.probes import build_probes
+from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.canary import phase_between_ticks
 from inferchaos.steady_state.sampler import Sampler, Tick
 from inferchaos.steady_state.timeline import Row, Timeline, TimelineWriter
@@ -53,7 +53,7 @@ def _table(rows: list[Row], ticks: int, errors: list[Row]) -> Table:
     return table
 
 
-def observe(env: Any, duration_s: float, interval_s: float, out_dir: Path, console: Console) -> Path:
+def observe(env: Environment, duration_s: float, interval_s: float, out_dir: Path, console: Console) -> Path:
     """Sample every probe of ``env`` for ``duration_s`` seconds; return the timeline's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"observe-{time.strftime('%Y%m%d-%H%M%S')}-timeline.csv"

@@ -19,9 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    # Imported when a fixture runs, not when pytest loads the plugin: every pytest run
+    # of a project that installs inferchaos loads it.
+    from inferchaos.environments.local.env import LocalEnvironment
+    from inferchaos.experiments.verdict import Verdict
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def chaos_env(request: pytest.FixtureRequest) -> Iterator[Any]:
+def chaos_env(request: pytest.FixtureRequest) -> Iterator[LocalEnvironment]:
     """The environment gates run against: the one already up, or a local one for this session."""
     from inferchaos.environments.local.env import LocalEnvironment
 
@@ -57,11 +63,11 @@ def chaos_env(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def run_experiment(
-    chaos_env: Any,
+    chaos_env: LocalEnvironment,
     request: pytest.FixtureRequest,
     tmp_path: Path,
     record_property: Callable[[str, object], None],
-) -> Callable[..., Any]:
+) -> Callable[[str | Path], Verdict]:
     """Run an experiment file against ``chaos_env``; returns its :class:`experiments.verdict.Verdict`."""
     from inferchaos.experiments.runner import Runner, RunOptions, plan_run
     from inferchaos.experiments.spec import load_and_validate
@@ -72,7 +78,7 @@ def run_experiment(
     if marker is not None and "layer" in marker.kwargs:
         record_property("chaos_layer", marker.kwargs["layer"])
 
-    def run(path: str | Path) -> Any:
+    def run(path: str | Path) -> Verdict:
         spec = load_and_validate(Path(path))
         plan_run(spec, chaos_env)
         runner = Runner(spec, chaos_env, RunOptions(out_dir=out, interval_s=interval))

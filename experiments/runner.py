@@ -22,16 +22,24 @@ from typing import Any
 from inferchaos.errors import EnvironmentError_, InferchaosError
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import build_journal
-from inferchaos.experiments.probes import build_probes
+from inferchaos.experiments.probes import ProbeFactory, build_probes
 from inferchaos.experiments.redact import redact, secret_values
 from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.experiments.verdict import FaultOutcome, Status, Timing, Verdict
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
-from inferchaos.steady_state.base import Probe
+from inferchaos.primitives.capabilities import Environment
+from inferchaos.steady_state.base import ClosableProbe, Probe
 from inferchaos.steady_state.canary import phase_between_ticks
-from inferchaos.steady_state.evaluation import evaluate, evaluate_slo, phase_windows, recover
+from inferchaos.steady_state.evaluation import (
+    Evaluation,
+    RecoveryResult,
+    evaluate,
+    evaluate_slo,
+    phase_windows,
+    recover,
+)
 from inferchaos.steady_state.sampler import Sampler, Tick
 from inferchaos.steady_state.slo import Phase, SloSpec
 from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter
@@ -42,8 +50,6 @@ logger = logging.getLogger(__name__)
 ProgressFn = Callable[[str], None]
 # Seconds after a breach in which triage still looks for its cause (see steady_state.triage).
 TRIAGE_LOOKAHEAD_S = 10.0
-# (env, canary rate) -> (every probe to sample, the canary among them, which must be started)
-ProbeFactory = Callable[[Any, float], tuple[list[Probe], Any]]
 NO_EFFECT = "fault had no observable effect"
 
 
@@ -73,7 +79,7 @@ class _RunState:
     errors: list[str] = field(default_factory=list)
 
 
-def check_environment(env: Any) -> None:
+def check_environment(env: Environment) -> None:
     """The environment must answer and serve before anything is injected."""
     status = env.status()
     if not status.up:
@@ -84,7 +90,7 @@ def check_environment(env: Any) -> None:
         )
 
 
-def plan_run(spec: ExperimentSpec, env: Any) -> tuple[Fault, FaultPlan]:
+def plan_run(spec: ExperimentSpec, env: Environment) -> tuple[Fault, FaultPlan]:
     """Validate the fault against the live environment (blast radius included); touches nothing."""
     check_environment(env)
     fault = get_fault(spec.fault.fault)
@@ -163,7 +169,7 @@ class Runner:
     def __init__(
         self,
         spec: ExperimentSpec,
-        env: Any,
+        env: Environment,
         options: RunOptions,
         progress: ProgressFn | None = None,
         probe_factory: ProbeFactory = build_probes,
@@ -498,7 +504,9 @@ class Runner:
             stop_condition=state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None,
         )
 
-    def _status(self, evaluation: Any, fault: FaultOutcome | None, recovery: Any) -> tuple[Status, str]:
+    def _status(
+        self, evaluation: Evaluation, fault: FaultOutcome | None, recovery: RecoveryResult | None
+    ) -> tuple[Status, str]:
         state = self._state
         if state.interrupted:
             if state.handle is None:
@@ -533,8 +541,8 @@ class Runner:
         secrets = secret_values(self.spec.raw)
         try:
             secrets.append(self.env.load_state().read_token())
-        except (InferchaosError, OSError, AttributeError):
-            pass  # no local Ray token to hide
+        except (InferchaosError, OSError):
+            pass  # no Ray token to hide
         return secrets
 
     def _write_outputs(self, verdict: Verdict) -> None:
@@ -574,9 +582,8 @@ def _merge_evidence(during: Evidence | None, after: Evidence | None) -> dict[str
 
 async def _close_probes(probes: list[Probe]) -> None:
     for probe in probes:
-        closer = getattr(probe, "aclose", None)
-        if closer is not None:
-            await closer()
+        if isinstance(probe, ClosableProbe):
+            await probe.aclose()
 
 
 def _render_reports(run_dir: Path) -> None:
@@ -593,7 +600,7 @@ def _render_reports(run_dir: Path) -> None:
 
 def run_experiment(
     spec: ExperimentSpec,
-    env: Any,
+    env: Environment,
     options: RunOptions,
     progress: ProgressFn | None = None,
     probe_factory: ProbeFactory = build_probes,
@@ -604,7 +611,7 @@ def run_experiment(
     """
     _, plan = plan_run(spec, env)
     if options.allow is not None:
-        ensure_plan_is_allowed(plan.targets, options.allow, getattr(env.load_state(), "ray_address", ""))
+        ensure_plan_is_allowed(plan.targets, options.allow, env.load_state().ray_address)
     if options.dry_run:
         print(describe_plan(spec, plan))
         return None

@@ -119,7 +119,7 @@ def _counts(cases: list[Case]) -> dict[str, str]:
     }
 
 
-def build_junit(run: RunRecord) -> ET.ElementTree:
+def build_junit(run: RunRecord) -> ET.ElementTree[ET.Element]:
     """The JUnit XML document of ``run``: ``<testsuites>`` holding one ``<testsuite>``."""
     v = run.verdict
     cases = run_cases(run)

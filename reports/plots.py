@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -27,6 +28,9 @@ from matplotlib.figure import Figure
 
 from inferchaos.reports.load import RunRecord
 from inferchaos.steady_state.timeline import Timeline
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ GIB = float(1 << 30)
 # svg.fonttype "path": text becomes outlines, so no font is needed where the report is viewed.
 # svg.hashsalt: matplotlib derives clip-path ids from it; fixed, the same run renders the
 # same bytes, which keeps reports diffable.
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "path",
     "svg.hashsalt": "inferchaos",
     "font.size": 9,
@@ -236,15 +240,16 @@ def _scoped_ids(svg: str, prefix: str) -> str:
 def _mark_fault(axes: Axes, marks: Markers) -> None:
     """Shade the fault window and draw the injection, revert and recovery lines. Each gets a
     gid, so the SVG names them (``<plot id>-injected``) for readers and tests alike."""
-    line = {"linewidth": 1.2, "linestyle": "--"}
     if marks.injected is not None:
         window_end = marks.reverted if marks.reverted is not None else marks.end
         if window_end is not None and window_end > marks.injected:
             axes.axvspan(marks.injected, window_end, color=FAULT_COLOUR, alpha=0.08, label="fault window",
                          gid="fault-window")  # fmt: skip
-        axes.axvline(marks.injected, color=FAULT_COLOUR, label="injected", gid="injected", **line)
+        axes.axvline(marks.injected, color=FAULT_COLOUR, label="injected", gid="injected",
+                     linewidth=1.2, linestyle="--")  # fmt: skip
     if marks.reverted is not None:
-        axes.axvline(marks.reverted, color=REVERT_COLOUR, label="reverted", gid="reverted", **line)
+        axes.axvline(marks.reverted, color=REVERT_COLOUR, label="reverted", gid="reverted",
+                     linewidth=1.2, linestyle="--")  # fmt: skip
     if marks.recovered is not None:
         axes.axvline(marks.recovered, color=RECOVERED_COLOUR, linestyle=":", linewidth=1.6, label="recovered",
                      gid="recovered")  # fmt: skip

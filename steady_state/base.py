@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from inferchaos.layers import Layer
 
@@ -34,3 +34,18 @@ class Probe(Protocol):
     async def read(self) -> list[Sample]:
         """Read the layer now. Raise ProbeError on failure; the sampler records it and goes on."""
         ...
+
+
+@runtime_checkable
+class ClosableProbe(Protocol):
+    """A probe that holds connections, to be released once its run ends."""
+
+    async def aclose(self) -> None: ...
+
+
+class Canary(Protocol):
+    """What a run starts just before the baseline and stops at its end: the canary, or it with load."""
+
+    async def start(self, phase_s: float = 0.0) -> None: ...
+
+    async def stop(self) -> None: ...

@@ -20,15 +20,23 @@ so triage can name the macro layer with the reason as evidence.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import (
+    ApiClient,
+    AppsV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    V1NodeCondition,
+)
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
+from inferchaos.primitives.kube.api import object_name
 from inferchaos.primitives.kube.scheduling import pending_pod_reasons
 from inferchaos.steady_state.base import Sample
 
@@ -73,12 +81,12 @@ class K8sProbe:
     def _deployments(self) -> list[Sample]:
         samples = []
         for d in AppsV1Api(self.api_client).list_namespaced_deployment(self.namespace).items:
-            labels = {"deployment": d.metadata.name}
-            status = d.status
-            samples.append(Sample("k8s.deployment_ready_replicas", float(status.ready_replicas or 0), labels))
-            samples.append(
-                Sample("k8s.deployment_available_replicas", float(status.available_replicas or 0), labels)
-            )
+            labels = {"deployment": object_name(d)}
+            # A Deployment the controller has not looked at yet has no status: nothing ready.
+            ready = (d.status.ready_replicas if d.status else None) or 0
+            available = (d.status.available_replicas if d.status else None) or 0
+            samples.append(Sample("k8s.deployment_ready_replicas", float(ready), labels))
+            samples.append(Sample("k8s.deployment_available_replicas", float(available), labels))
         return samples
 
     def _pods(self) -> list[Sample]:
@@ -90,7 +98,7 @@ class K8sProbe:
             restarts = sum(
                 s.restart_count for s in (pod.status.container_statuses if pod.status else None) or []
             )
-            samples.append(Sample("k8s.pod_restarts", float(restarts), {"pod": pod.metadata.name}))
+            samples.append(Sample("k8s.pod_restarts", float(restarts), {"pod": object_name(pod)}))
         return samples
 
     def _unschedulable(self) -> list[Sample]:
@@ -115,6 +123,9 @@ class K8sProbe:
             if e.status == 404:
                 return []  # KubeRay's CRD is not installed: there is no Ray layer on Kubernetes here
             raise
+        if not isinstance(listing, dict):
+            # The client types a custom-object listing as ``object``; the API answers a JSON object.
+            raise ProbeError(f"the RayCluster listing is not a JSON object but {type(listing).__name__}")
         samples = []
         for cluster in listing.get("items", []):
             labels = {"raycluster": cluster["metadata"]["name"]}
@@ -141,7 +152,7 @@ def scheduler_reason(message: str) -> str:
     return head.replace(";", ",")
 
 
-def _condition_true(conditions: list[Any] | None, kind: str) -> bool:
+def _condition_true(conditions: Sequence[V1NodeCondition] | None, kind: str) -> bool:
     return any(c.type == kind and c.status == "True" for c in conditions or [])
 
 

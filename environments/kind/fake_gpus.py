@@ -20,6 +20,7 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
 from inferchaos.errors import ConfigError, EnvironmentStartError, InferchaosError
+from inferchaos.primitives.kube.api import object_name
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def advertise_fake_gpus(
         {"op": "add", "path": _pointer("status", "allocatable", resource), "value": value},
     ]
     try:
-        names = [n.metadata.name for n in core.list_node(label_selector=label_selector).items]
+        names = [object_name(n) for n in core.list_node(label_selector=label_selector).items]
         if not names:
             raise EnvironmentStartError(f"no node matches {label_selector!r}: nothing to give fake GPUs to")
         for name in names:

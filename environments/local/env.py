@@ -30,6 +30,7 @@ from inferchaos.environments.local.ray_cluster import (
 from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, write_token
 from inferchaos.errors import EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
+from inferchaos.primitives.capabilities import RayEndpoints
 from inferchaos.primitives.env_status import (
     EnvStatus,
     FrontDoorStatus,
@@ -65,7 +66,7 @@ def _no_progress(message: str) -> None:
     logger.info("%s", message)
 
 
-def use_ray_auth(state: LocalEnvState) -> None:
+def use_ray_auth(state: RayEndpoints) -> None:
     """Let this process talk to the environment's Ray cluster (token auth stays on).
 
     Ray reads RAY_AUTH_MODE into its config, and caches the token, once per process; a
@@ -85,13 +86,14 @@ def use_ray_auth(state: LocalEnvState) -> None:
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = token
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
-    from ray._raylet import AuthenticationTokenLoader, Config
+    # ray's _raylet.pyi stub leaves out these two Cython classes; the extension module has them.
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-def list_ray_nodes(state: LocalEnvState, timeout_s: float = 10.0) -> list[NodeStatus]:
+def list_ray_nodes(state: RayEndpoints, timeout_s: float = 10.0) -> list[NodeStatus]:
     """Nodes as Ray's state API reports them, DEAD ones included."""
     use_ray_auth(state)
     from ray.exceptions import AuthenticationError
@@ -121,7 +123,7 @@ def list_ray_nodes(state: LocalEnvState, timeout_s: float = 10.0) -> list[NodeSt
     return sorted(result, key=lambda n: (not n.is_head, n.name))
 
 
-def connect_driver(state: LocalEnvState) -> None:
+def connect_driver(state: RayEndpoints) -> None:
     """Make this process a driver of the environment's cluster, leaving any other cluster first.
 
     A process is the driver of one cluster at a time, and the auth token must not change under
@@ -151,7 +153,7 @@ def _leave_any_driver() -> None:
     _driver_env_id = None
 
 
-def _disconnect_driver(state: LocalEnvState) -> None:
+def _disconnect_driver(state: RayEndpoints) -> None:
     """Stop being a driver of this cluster before it goes, so Ray does not poll a dead GCS."""
     import sys
 
@@ -167,6 +169,8 @@ class LocalEnvironment:
     """`up()`, `down()` and `status()` for the embedded local environment."""
 
     name = "local"
+    # Its replicas run on this host: the device probe reads its GPUs or memory budgets here.
+    local_devices = True
 
     def __init__(
         self,

@@ -144,10 +144,10 @@ def _write_weights(spec: TinyModelSpec, out: Path) -> None:
         eos_token_id=1,
         pad_token_id=3,
         tie_word_embeddings=False,
-        torch_dtype="float32",
+        dtype="float32",
     )
     torch.manual_seed(spec.seed)
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = LlamaForCausalLM(config).float()
     model.save_pretrained(str(out), safe_serialization=True)
 
 

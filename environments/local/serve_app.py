@@ -140,6 +140,9 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 class VLLMReplica:
     """One Serve replica: one vLLM server, one logical GPU."""
 
+    # The server's wait status once it has been reaped; None while it runs.
+    _exit_status: int | None = None
+
     def __init__(self, launch: dict[str, Any]) -> None:
         self._launch = ReplicaLaunch(**{**launch, "extra_args": tuple(launch.get("extra_args", ()))})
         replicas_dir = Path(self._launch.state_dir) / "replicas"
@@ -221,7 +224,7 @@ class VLLMReplica:
 
     def _exit_reason(self) -> str:
         """Why the server died, in the words an operator would search for."""
-        status = getattr(self, "_exit_status", None)
+        status = self._exit_status
         if status is None:
             what = "exited"
         elif os.WIFSIGNALED(status):
@@ -285,8 +288,8 @@ class VLLMReplica:
 
 def build_app(launch: ReplicaLaunch, replicas: int) -> serve.Application:
     """The Serve application: ``replicas`` vLLM replicas, at most one per node."""
+    # The decorator form: ray types serve.deployment(cls, ...) as returning the decorator.
     deployment = serve.deployment(
-        VLLMReplica,
         name=DEPLOYMENT_NAME,
         num_replicas=replicas,
         ray_actor_options={"num_cpus": 0, "num_gpus": 1},
@@ -299,5 +302,5 @@ def build_app(launch: ReplicaLaunch, replicas: int) -> serve.Application:
         # A replica whose device is squatted fails at start-up again and again until the
         # squatter goes; Serve must keep trying rather than give the deployment up.
         max_constructor_retry_count=100_000,
-    )
+    )(VLLMReplica)
     return deployment.bind(asdict(launch))

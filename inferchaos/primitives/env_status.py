@@ -1,9 +1,12 @@
-"""The contract every environment (local, kind, cluster) fulfils, and its status shape."""
+"""The status every environment (local, kind, cluster) reports, in the shape `env status --json` prints.
+
+The contract itself is :class:`inferchaos.primitives.capabilities.Environment`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 
 @dataclass
@@ -69,21 +72,3 @@ class EnvStatus:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class Environment(Protocol):
-    """Knows the endpoints of its layers and builds their clients."""
-
-    name: str
-
-    def up(self) -> EnvStatus:
-        """Bring the environment up and return its status once every replica is healthy."""
-        ...
-
-    def down(self) -> list[int]:
-        """Stop every process the environment started; return the pids that were ended."""
-        ...
-
-    def status(self) -> EnvStatus:
-        """Read the live status of every layer."""
-        ...

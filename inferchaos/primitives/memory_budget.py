@@ -108,7 +108,7 @@ def join_command(
 
 def remove_budgets(env_id: str) -> list[str]:
     """Remove every budget of ``env_id``; their processes must have ended already."""
-    removed = []
+    removed: list[str] = []
     if not CGROUP_V1_MEMORY.is_dir():
         return removed
     for path in CGROUP_V1_MEMORY.glob(f"inferchaos-{env_id}-*"):

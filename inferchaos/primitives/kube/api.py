@@ -6,8 +6,9 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from kubernetes.client import V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -16,6 +17,23 @@ from inferchaos.primitives.kube.errors import K8sError
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class KubeObject(Protocol):
+    """Any object of the kube API: the client's models declare every field Optional."""
+
+    @property
+    def metadata(self) -> V1ObjectMeta | None: ...
+
+
+def object_name(obj: KubeObject) -> str:
+    """The name of an object the API server returned.
+
+    Every stored object has one; the client's models type it Optional only because a
+    request body may leave it to ``generateName``.
+    """
+    meta = obj.metadata
+    return (meta.name if meta is not None else None) or ""
 
 
 def api_message(e: ApiException) -> str:

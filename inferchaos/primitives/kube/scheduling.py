@@ -6,13 +6,13 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import ApiClient, CoreV1Api, CoreV1Event, V1Pod
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from inferchaos.errors import ProbeError
+from inferchaos.primitives.kube.api import object_name
 
 
 class ReasonKind(StrEnum):
@@ -153,7 +153,7 @@ class PendingPodReasons:
         return f"{self.namespace}/{self.pod} Pending: {self.message or 'no scheduling message yet'}"
 
 
-def _event_time(event: Any) -> float:
+def _event_time(event: CoreV1Event) -> float:
     """When an event was last seen, in seconds since the epoch (0 when it carries no time).
 
     Events written through events.k8s.io/v1, as the scheduler does, leave ``lastTimestamp``
@@ -190,23 +190,27 @@ def pending_pod_reasons(
         raise ProbeError(f"could not read Pending Pods in {namespace}: HTTP {e.status} {e.reason}") from e
     except HTTPError as e:
         raise ProbeError(f"could not read Pending Pods in {namespace}: {e}") from e
-    latest: dict[tuple[str, str | None], Any] = {}
+    # Keyed by (name, uid): an event may name no uid, and a Pod of the same name may have
+    # been replaced since.
+    latest: dict[tuple[str | None, str | None], CoreV1Event] = {}
     for event in events:
         key = (event.involved_object.name, event.involved_object.uid)
         known = latest.get(key)
         if known is None or _event_time(event) >= _event_time(known):
             latest[key] = event
     result = []
-    for pod in sorted(pods, key=lambda p: p.metadata.name):
+    for pod in sorted(pods, key=object_name):
         if pod.spec and pod.spec.node_name:
             continue  # bound: Pending while its containers start, not for want of a node
-        event = latest.get((pod.metadata.name, pod.metadata.uid)) or latest.get((pod.metadata.name, None))
-        message = event.message if event is not None else _unschedulable_condition_message(pod)
-        result.append(PendingPodReasons.from_message(namespace, pod.metadata.name, message or ""))
+        name = object_name(pod)
+        uid = pod.metadata.uid if pod.metadata else None
+        failed = latest.get((name, uid)) or latest.get((name, None))
+        message = failed.message if failed is not None else _unschedulable_condition_message(pod)
+        result.append(PendingPodReasons.from_message(namespace, name, message or ""))
     return result
 
 
-def _unschedulable_condition_message(pod: Any) -> str:
+def _unschedulable_condition_message(pod: V1Pod) -> str:
     for condition in (pod.status.conditions if pod.status else None) or []:
         if condition.type == "PodScheduled" and condition.status == "False":
             return condition.message or ""
