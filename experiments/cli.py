@@ -404,7 +404,7 @@ def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8s
     for spec in specs:
         _, plan = plan_run(spec, environment)
         if allow is not None:
-            ensure_plan_is_allowed(plan.targets, allow, getattr(environment.load_state(), "ray_address", ""))
+            ensure_plan_is_allowed(plan.targets, allow, environment.load_state().ray_address)
         planned.append(_PlannedRun(spec, plan))
     return planned
 

@@ -18,12 +18,12 @@ import yaml
 from inferchaos.errors import ConfigError
 from inferchaos.faults import registry
 from inferchaos.faults.base import TypedFault
+from inferchaos.layers import EnvName
 from inferchaos.params import parse_params
 from inferchaos.steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
 
 logger = logging.getLogger(__name__)
 
-ENVIRONMENTS = ("local", "kind", "cluster")
 # Before 0.2 the packages were installed top-level (`faults.vllm.actions`); they now live under
 # the one `inferchaos` namespace, and a YAML that still names the old path is told the new one.
 OLD_TOP_LEVEL_PACKAGES = ("experiments", "faults", "steady_state", "environments", "reports")
@@ -208,8 +208,8 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     _ensure_providers_use_the_namespace(raw, path)
     fault = _fault_step(path, method)
     environment = raw.get("environment") or {"name": "local"}
-    if not isinstance(environment, dict) or environment.get("name", "local") not in ENVIRONMENTS:
-        raise _fail(path, "environment.name", f"must be one of {list(ENVIRONMENTS)}")
+    if not isinstance(environment, dict) or environment.get("name", EnvName.LOCAL) not in set(EnvName):
+        raise _fail(path, "environment.name", f"must be one of {[str(name) for name in EnvName]}")
     baseline = raw.get("baseline") or {}
     if not isinstance(baseline, dict):
         raise _fail(path, "baseline", "must be a mapping with duration_s")

@@ -1,4 +1,4 @@
-"""The fault contract (design.md "Fault"): plan, inject, revert, evidence; and the one base that keeps it.
+"""The fault contract (README "Architecture"): plan, inject, revert, evidence; and the one base that keeps it.
 
 A fault is a named, layer-tagged injector. ``inject`` writes a ledger entry *before* it
 acts and keeps what ``revert`` needs in the handle; ``revert`` is idempotent and removes

@@ -11,5 +11,5 @@ class ReportError(InferchaosError):
     The message names the file, so a user knows which recording to look at.
     """
 
-    # Invalid input (design.md exit codes): nothing was injected by rendering a report.
+    # Invalid input (exit codes: README "Game days and experiments"): nothing was injected by rendering a report.
     exit_code = 2

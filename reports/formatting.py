@@ -147,7 +147,7 @@ def detection_summary(run: RunRecord) -> str:
     return f"{seconds(timing.time_to_detect_s)}{by}"
 
 
-# The layers of design.md's table, always listed in this order in per-layer verdicts.
+# The layers of the README's table, always listed in this order in per-layer verdicts.
 STACK_LAYERS: tuple[str, ...] = ("k8s", "ray", "vllm", "device")
 
 

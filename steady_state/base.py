@@ -1,4 +1,4 @@
-"""The probe contract (design.md "Probe"): a layer-tagged read returning plain numbers."""
+"""The probe contract (README "Architecture"): a layer-tagged read returning plain numbers."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferchaos.errors import EnvironmentNotUp, ProbeError
-from inferchaos.layers import EnvName, Layer
-from inferchaos.primitives.capabilities import RecordedLocalState
+from inferchaos.layers import Layer
+from inferchaos.primitives.capabilities import RecordedLocalState, ReplicaBudgetEnvironment
 from inferchaos.primitives.memory_budget import (
     budget_memory,
     budget_name,
@@ -132,11 +132,11 @@ class DeviceProbe:
             self._nvml = None
 
 
-def device_probe_for(env: Any) -> DeviceProbe:
-    """The device probe of ``env``: NVML where there is a GPU, and the local environment's budgets."""
-    if getattr(env, "name", "") == EnvName.LOCAL and hasattr(env, "load_state"):
+def device_probe_for(env: object) -> DeviceProbe:
+    """The device probe of ``env``: NVML where there is a GPU, and the replicas' memory budgets where it has them."""
+    if isinstance(env, ReplicaBudgetEnvironment):
         try:
-            return DeviceProbe.for_local_state(env.load_state())
+            return DeviceProbe.for_local_state(env.budget_state())
         except EnvironmentNotUp as e:
             logger.info("device probe without replica budgets: %s", e)
     return DeviceProbe()

@@ -1,4 +1,4 @@
-# vLLM's CPU build at the versions design.md measured, for the kind environment.
+# vLLM's CPU build at the versions pyproject.toml pins, for the kind environment.
 # The model is not in the image: it is generated on the host and mounted (hostPath).
 FROM python:3.11-slim
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu

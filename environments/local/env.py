@@ -192,6 +192,10 @@ class LocalEnvironment:
     def load_state(self) -> LocalEnvState:
         return LocalEnvState.load(self.state_dir)
 
+    def budget_state(self) -> LocalEnvState:
+        """The state naming each replica's memory budget (ReplicaBudgetEnvironment)."""
+        return self.load_state()
+
     # -- up ---------------------------------------------------------------------------------
     def up(self) -> EnvStatus:
         """Start head, workers and replicas; return once every replica and the front door answer.

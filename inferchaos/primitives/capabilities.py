@@ -109,6 +109,16 @@ class KubeEnvironment(Protocol):
 # --- What probes and the runner read ---
 
 
+@runtime_checkable
+class ReplicaBudgetEnvironment(Protocol):
+    """An environment whose replicas each run in a memory budget of their own, the local stand-in
+    for a GPU's memory: the device probe reads those budgets as devices."""
+
+    def budget_state(self) -> RecordedLocalState:
+        """The recorded state naming the budgets; EnvironmentNotUp when the environment is not up."""
+        ...
+
+
 class RayEndpoints(Protocol):
     """Where an environment's Ray cluster answers, and its token: a local state record or a Kubernetes one."""
 

@@ -207,5 +207,8 @@ class FakeLocalEnv:
     def load_state(self) -> LocalEnvState:
         return self.state
 
+    def budget_state(self) -> LocalEnvState:
+        return self.state
+
     def replica_records(self) -> list[ReplicaRecord]:
         return [r for r in read_records(self.state.replicas_dir) if r.state != "stopped"]

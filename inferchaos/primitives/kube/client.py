@@ -11,7 +11,6 @@ a test double around a fake API server) can serve them. It must expose:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes.config import new_client_from_config
@@ -48,22 +47,6 @@ class K8sTarget:
     def custom(self) -> CustomObjectsApi:
         """Custom resources such as KubeRay's RayClusters."""
         return CustomObjectsApi(self.api_client)
-
-
-def target_of(env: Any) -> K8sTarget:
-    """The K8sTarget of ``env``; ConfigError when the environment has no Kubernetes layer."""
-    target = getattr(env, "k8s", None)
-    if not isinstance(target, K8sTarget):
-        raise ConfigError(
-            f"environment {env_name(env)!r} has no Kubernetes layer: Kubernetes faults need env.k8s "
-            "to be a faults.k8s.client.K8sTarget"
-        )
-    return target
-
-
-def env_name(env: Any) -> str:
-    """The name an environment gives itself, for ledger entries."""
-    return str(getattr(env, "name", type(env).__name__))
 
 
 def connect_kubeconfig(

@@ -1,4 +1,4 @@
-"""The contract every Kubernetes fault keeps (faults/base.py, design.md "Fault"):
+"""The contract every Kubernetes fault keeps (faults/base.py, README "Architecture"):
 plans refuse anything outside the allow-list, the ledger entry is written before the first
 write to the cluster, and revert is idempotent and restores the cluster."""
 
