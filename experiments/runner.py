@@ -361,7 +361,7 @@ class Runner:
         timeline.mark(Mark.REVERTED, time.time())
         act = asyncio.ensure_future(asyncio.to_thread(self.fault.revert, self.env, handle, self.ledger))
         cancelled = False
-        # Shielded, and waited for to its end: a signal during the revert must neither leave the
+        # Waited for to its end, signals or not: a signal during the revert must neither leave the
         # fault in place nor end the run (canary stopped, verdict written) while it still acts.
         while not act.done():
             try:
