@@ -21,7 +21,7 @@ from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
-from inferchaos.errors import ConfigError, InferchaosError
+from inferchaos.errors import ConfigError, FaultError, InferchaosError
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
 from inferchaos.experiments.probes import build_probes
@@ -545,31 +545,55 @@ def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) 
 @cli.command("cleanup")
 @CONFIG_OPTION
 def cleanup(config_file: Path | None) -> None:
-    """Revert every injection still in the ledger (e.g. after the runner was killed); idempotent."""
+    """Revert every injection still in the ledger (e.g. after the runner was killed); idempotent.
+
+    An entry that cannot be read, names an unknown fault or fails to revert is reported on one
+    line and left in the ledger; every other entry is still reverted, and the exit code is 1.
+    """
     ledger = Ledger()
-    entries = ledger.entries()
-    if not entries:
+    scan = ledger.scan()
+    left: list[str] = []
+    for entry in scan.unreadable:
+        click.echo(f"inferchaos: {entry}; left in the ledger", err=True)
+        left.append(entry.path.name)
+    if not scan.handles and not left:
         click.echo("the ledger is empty: nothing to revert")
         return
     environment = LocalEnvironment()
     k8s_envs: dict[str, K8sEnvironment] = {}
-    for handle in entries:
-        fault = get_fault(handle.fault)
+    for handle in scan.handles:
+        try:
+            fault = get_fault(handle.fault)
+        except ConfigError as e:
+            click.echo(f"inferchaos: ledger entry {handle.id}.json: {e}; left in the ledger", err=True)
+            left.append(f"{handle.id}.json")
+            continue
         if handle.env in K8S_ENVS:
             if handle.env not in k8s_envs:
                 k8s_envs[handle.env] = _k8s_env(handle.env, config_file)
-            fault.revert(k8s_envs[handle.env], handle, ledger)
-            click.echo(f"reverted {handle.fault} {handle.id} on {handle.env}")
-            continue
-        if handle.env == EnvName.LOCAL and not environment.is_recorded():
+            target: LocalEnvironment | K8sEnvironment = k8s_envs[handle.env]
+        elif handle.env == EnvName.LOCAL and not environment.is_recorded():
             # With the environment gone, nothing the injection made can still exist.
             ledger.remove(handle.id)
             click.echo(f"dropped {handle.fault} {handle.id}: the local environment it acted on is down")
             continue
-        fault.revert(environment, handle, ledger)
-        click.echo(
-            f"reverted {handle.fault} {handle.id} (injected {time.strftime('%H:%M:%S', time.localtime(handle.created_at))})"
-        )
+        else:
+            target = environment
+        try:
+            fault.revert(target, handle, ledger)
+        except FaultError as e:
+            click.echo(
+                f"inferchaos: could not revert {handle.fault} {handle.id}: {e}; left in the ledger", err=True
+            )
+            left.append(f"{handle.id}.json")
+            continue
+        injected = time.strftime("%H:%M:%S", time.localtime(handle.created_at))
+        where = f" on {handle.env}" if handle.env in K8S_ENVS else ""
+        click.echo(f"reverted {handle.fault} {handle.id}{where} (injected {injected})")
+    if left:
+        click.echo(f"inferchaos: cleanup incomplete: {len(left)} entry(ies) left in {ledger.folder}: "
+                   f"{', '.join(left)}", err=True)  # fmt: skip
+        sys.exit(1)
 
 
 @cli.command("report")

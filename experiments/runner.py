@@ -57,6 +57,10 @@ class StopConditionBreached(InferchaosError):
     """A guardrail fired during the fault: roll back at once and end `aborted`."""
 
 
+class SamplerStopped(InferchaosError):
+    """The sampler ended with an exception: no more rows, no stop conditions; roll back and end `error`."""
+
+
 @dataclass
 class RunOptions:
     out_dir: Path = Path("runs")
@@ -77,6 +81,9 @@ class _RunState:
     stop: dict[str, Any] | None = None
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
+    sampler_error: BaseException | None = None
+    # The phase an exception broke, kept before the revert renames the phase to "reverting".
+    failed_phase: str | None = None
 
 
 def check_environment(env: Environment) -> None:
@@ -217,11 +224,24 @@ class Runner:
             await self._phases(timeline)
         except asyncio.CancelledError:
             self._state.interrupted = True
+        except InferchaosError as e:
+            # Whatever was injected has been reverted on the way out (_fault_window's finally);
+            # the run still ends with a verdict that names the phase and the cause.
+            self._state.errors.append(f"{self._state.failed_phase or self._phase} failed: {e}")
+        except Exception as e:  # a bug must not cost the verdict; its traceback is logged
+            phase = self._state.failed_phase or self._phase
+            logger.exception("the %s phase of %s raised", phase, self.spec.name)
+            self._state.errors.append(f"{phase} failed: {type(e).__name__}: {e}")
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
     def _interrupt(self, task: asyncio.Task[Any] | None) -> None:
+        if self._state.interrupted:
+            # One cancellation is enough: a second one could only cut short the revert or the
+            # canary's stop that the first one started.
+            self._progress("interrupted again: still rolling back; the revert runs to its end")
+            return
         self._progress("interrupted: rolling back before exit")
         self._state.interrupted = True
         if task is not None:
@@ -235,6 +255,7 @@ class Runner:
                           timeouts=self._timeouts(probes))  # fmt: skip
         await canary.start(phase_between_ticks(self.options.canary_rate_per_s, self.options.interval_s))
         sampling = asyncio.create_task(sampler.run())
+        sampling.add_done_callback(self._sampler_ended)
         try:
             timeline.mark(Mark.BASELINE_START, time.time())
             await self._wait_phase("baseline", spec.baseline_s)
@@ -252,6 +273,17 @@ class Runner:
             await canary.stop()
             await _close_probes(probes)
             timeline.mark(Mark.END, time.time())
+
+    def _sampler_ended(self, task: asyncio.Task[int]) -> None:
+        # An exception in a tick (its on_tick: stop conditions, progress) ends the sampler; the
+        # run must not go on blind, without its guardrails: the phase waits raise SamplerStopped.
+        if not task.cancelled() and task.exception() is not None:
+            self._state.sampler_error = task.exception()
+
+    def _ensure_sampling(self) -> None:
+        e = self._state.sampler_error
+        if e is not None:
+            raise SamplerStopped(f"the sampler stopped: {type(e).__name__}: {e}") from e
 
     def _timeouts(self, probes: list[Probe]) -> dict[str, float]:
         # Ray's state API is the slowest reader; it may use the whole interval.
@@ -284,6 +316,9 @@ class Runner:
             if self._state.handle is not None:
                 # What the fault did before the guardrail fired still belongs in the verdict.
                 await self._read_evidence_during(self._state.handle)
+        except Exception:
+            self._state.failed_phase = self._phase
+            raise
         finally:
             await self._revert(timeline)
         if self._state.handle is not None and not self._state.interrupted and not self._state.errors:
@@ -324,14 +359,30 @@ class Runner:
             return
         self._phase = "reverting"
         timeline.mark(Mark.REVERTED, time.time())
-        # Shielded: a second Ctrl-C must not leave the fault in place.
-        try:
-            await asyncio.shield(asyncio.to_thread(self.fault.revert, self.env, handle, self.ledger))
+        act = asyncio.ensure_future(asyncio.to_thread(self.fault.revert, self.env, handle, self.ledger))
+        cancelled = False
+        # Waited for to its end, signals or not: a signal during the revert must neither leave the
+        # fault in place nor end the run (canary stopped, verdict written) while it still acts.
+        while not act.done():
+            try:
+                await asyncio.wait([act])  # never cancels `act`, never raises its exception
+            except asyncio.CancelledError:
+                cancelled = self._state.interrupted = True
+        error = act.exception()
+        if error is None:
             self._state.rollback_output = {"ok": True, "handle": handle.id}
-        except InferchaosError as e:
-            self._state.rollback_output = {"ok": False, "error": str(e)}
-            self._state.errors.append(f"revert failed: {e}")
-        self._progress(f"reverted {handle.fault}")
+            self._progress(f"reverted {handle.fault}")
+        else:
+            cause = str(error) if isinstance(error, InferchaosError) else f"{type(error).__name__}: {error}"
+            if not isinstance(error, InferchaosError):
+                logger.error("revert of %s raised", handle.fault, exc_info=error)
+            self._state.rollback_output = {"ok": False, "error": cause}
+            self._state.errors.append(
+                f"revert failed: {cause}; the ledger keeps {handle.id}: run `inferchaos cleanup`"
+            )
+            self._progress(f"revert of {handle.fault} failed: {cause}")
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _recovery(self, timeline: Timeline) -> None:
         rec = self.spec.slos.recovery
@@ -340,6 +391,7 @@ class Runner:
         deadline = time.monotonic() + budget
         ticked = self._ticked = asyncio.Event()
         while time.monotonic() < deadline:
+            self._ensure_sampling()
             ticked.clear()
             try:
                 # A tick may be skipped (overran) or late: never wait longer than two intervals.
@@ -366,6 +418,7 @@ class Runner:
         self._phase, self._phase_ends = phase, time.time() + seconds
         end = time.monotonic() + seconds
         while time.monotonic() < end:
+            self._ensure_sampling()
             if self._state.stop and self._state.stop.get("kind") == "stop_condition":
                 raise StopConditionBreached(self._state.stop["reason"])
             await asyncio.sleep(min(0.5, max(0.0, end - time.monotonic())))
@@ -511,6 +564,8 @@ class Runner:
         if state.interrupted:
             if state.handle is None:
                 return Status.ABORTED, "interrupted before the injection; nothing was injected"
+            if state.rollback_output is not None and not state.rollback_output.get("ok"):
+                return Status.ABORTED, "interrupted; " + "; ".join(state.errors)
             return Status.ABORTED, "interrupted; the fault was rolled back"
         if state.stop and state.stop.get("kind") == "baseline":
             return Status.ABORTED, state.stop["reason"]

@@ -177,8 +177,13 @@ class FaultScript:
     # Raised by inject after the ledger entry was written, or by revert before it acts.
     inject_raises: BaseException | None = None
     revert_raises: BaseException | None = None
+    # Raised by evidence while the fault is active (the during read), or after its revert.
+    evidence_raises: BaseException | None = None
+    evidence_after_revert_raises: BaseException | None = None
     # Seconds inject spends acting, after its ledger entry is written and before the fault is active.
     inject_takes_s: float = 0.0
+    # Seconds revert spends acting, after "revert" is recorded and before the fault is gone.
+    revert_takes_s: float = 0.0
 
 
 @register
@@ -218,15 +223,23 @@ class FakeFault(Fault):
 
     def revert(self, env: Any, handle: FaultHandle, ledger: Any) -> None:
         self.world.record("revert")
+        if self.script.revert_takes_s:
+            time.sleep(self.script.revert_takes_s)
         if self.script.revert_raises is not None:
             raise self.script.revert_raises
         self.world.active = False
         self.world.reverted = True
         handle.reverted_at = time.time()
         ledger.remove(handle.id)
+        self.world.record("revert.done")
 
     def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
         self.world.record("evidence")
+        raises = (
+            self.script.evidence_after_revert_raises if self.world.reverted else self.script.evidence_raises
+        )
+        if raises is not None:
+            raise raises
         return Evidence(
             bit=self.script.bites,
             reason=self.script.reason,
@@ -327,6 +340,8 @@ class RunResult:
     interrupted_at: float | None = None
     # What Runner.run raised instead of returning a verdict (only with ``keep_error``).
     error: Exception | None = None
+    # When each signal of ``signals`` was sent.
+    signals_sent: list[float] = field(default_factory=list)
 
     @property
     def verdict(self) -> Verdict:
@@ -347,31 +362,45 @@ def wait_for(condition: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-InterruptAt = Literal["baseline", "injecting", "during"]
+InterruptAt = Literal["baseline", "injecting", "during", "reverting", "recovery"]
 
 
-def _interrupt(world: World, signum: int, at: InterruptAt, done: threading.Event, sent: list[float]) -> None:
-    """Signal this process at a point of the run: in the baseline, while inject is acting (its
-    ledger entry written, the fault not active yet), or in the during phase."""
-    condition: Callable[[], bool]
+def _phase_reached(world: World, at: InterruptAt) -> tuple[Callable[[], bool], float]:
+    """When the run is in phase ``at``, and how long to let it settle there before signalling.
+
+    "injecting" needs ``inject_takes_s``, "reverting" ``revert_takes_s`` (the signal lands while
+    the act or the revert is under way); "recovery" needs a recovery window that does not close
+    within a few tenths of a second.
+    """
     if at == "baseline":
-        condition, settle_s = (lambda: "canary.start" in world.names()), 0.3
-    elif at == "injecting":
-        condition, settle_s = (lambda: "inject.acting" in world.names()), 0.1
-    else:
-        condition, settle_s = (lambda: world.active), 0.3  # into the during phase proper
-    try:
-        wait_for(lambda: condition() or done.is_set(), 60.0, f"the run to reach {at}")
-    except AssertionError:
-        return
-    if done.is_set():
-        return  # the run ended first; the test's asserts say so
-    time.sleep(settle_s)
-    # The runner's signal handlers live until it stops the canary; later, a signal would hit pytest.
-    if "canary.stop" in world.names():
-        return
-    sent.append(time.time())
-    os.kill(os.getpid(), signum)
+        return (lambda: "canary.start" in world.names()), 0.3
+    if at == "injecting":
+        return (lambda: "inject.acting" in world.names()), 0.1
+    if at == "during":
+        return (lambda: world.active), 0.3  # into the during phase proper
+    if at == "reverting":
+        return (lambda: "revert" in world.names()), 0.1
+    return (lambda: "revert.done" in world.names()), 0.3
+
+
+def _interrupt(
+    world: World, signals: list[tuple[signal.Signals, InterruptAt]], done: threading.Event, sent: list[float]
+) -> None:
+    """Signal this process at points of the run, in order (see :func:`_phase_reached`)."""
+    for signum, at in signals:
+        condition, settle_s = _phase_reached(world, at)
+        try:
+            wait_for(lambda c=condition: c() or done.is_set(), 60.0, f"the run to reach {at}")
+        except AssertionError:
+            return
+        if done.is_set():
+            return  # the run ended first; the test's asserts say so
+        time.sleep(settle_s)
+        # The runner's signal handlers live until it stops the canary; later, a signal would hit pytest.
+        if "canary.stop" in world.names():
+            return
+        sent.append(time.time())
+        os.kill(os.getpid(), signum)
 
 
 def run_fake_experiment(
@@ -382,20 +411,34 @@ def run_fake_experiment(
     script: FaultScript | None = None,
     interrupt: signal.Signals | None = None,
     interrupt_at: InterruptAt = "during",
+    signals: list[tuple[signal.Signals, InterruptAt]] | None = None,
     env: FakeEnv | None = None,
     keep_error: bool = False,
+    progress_raises: tuple[str, BaseException] | None = None,
 ) -> RunResult:
     """Run ``spec`` through the real Runner with fake probes, canary, environment and fault.
 
-    With ``interrupt`` the signal is sent to this process at ``interrupt_at`` (from a thread).
+    With ``interrupt`` the signal is sent to this process at ``interrupt_at`` (from a thread);
+    ``signals`` sends several, in order, each once its phase is reached.
     With ``keep_error`` an exception from Runner.run is kept in the result instead of raised.
+    With ``progress_raises=(prefix, error)`` the progress callback raises ``error`` on the first
+    line that starts with ``prefix`` (as a broken display would), e.g. a tick's "baseline" line.
     INFERCHAOS_HOME must already point at a private folder: the runner opens the default ledger.
     """
     world = world or World()
     env = env or FakeEnv()
     factory = FakeProbeFactory(world)
     progress: list[str] = []
-    runner = Runner(spec, env, RunOptions(interval_s=INTERVAL_S, run_dir=run_dir), progress.append, factory)
+
+    def report(line: str) -> None:
+        progress.append(line)
+        if progress_raises is not None and line.startswith(progress_raises[0]) and not raised:
+            raised.append(line)
+            raise progress_raises[1]
+
+    raised: list[str] = []
+
+    runner = Runner(spec, env, RunOptions(interval_s=INTERVAL_S, run_dir=run_dir), report, factory)
     assert isinstance(runner.fault, FakeFault), (
         f"registry gave {type(runner.fault).__name__} for {FAKE_FAULT}"
     )
@@ -404,10 +447,9 @@ def run_fake_experiment(
     sent: list[float] = []
     done = threading.Event()
     interrupter = None
-    if interrupt is not None:
-        interrupter = threading.Thread(
-            target=_interrupt, args=(world, interrupt, interrupt_at, done, sent), daemon=True
-        )
+    to_send = list(signals or []) + ([(interrupt, interrupt_at)] if interrupt is not None else [])
+    if to_send:
+        interrupter = threading.Thread(target=_interrupt, args=(world, to_send, done, sent), daemon=True)
         interrupter.start()
     verdict: Verdict | None = None
     error: Exception | None = None
@@ -422,5 +464,28 @@ def run_fake_experiment(
         if interrupter is not None:
             interrupter.join(timeout=30)
     return RunResult(
-        verdict, run_dir, world, env, runner.ledger, factory, progress, sent[0] if sent else None, error
+        verdict, run_dir, world, env, runner.ledger, factory, progress, sent[0] if sent else None, error, sent
     )
+
+
+# -- `inferchaos cleanup` ------------------------------------------------------------------------
+class RecordedLocalEnvironment:
+    """The CLI's LocalEnvironment for cleanup: recorded (up), so entries are reverted, not dropped."""
+
+    name = "local"
+
+    def is_recorded(self) -> bool:
+        return True
+
+
+def run_cleanup(monkeypatch: Any) -> int:
+    """Run `inferchaos cleanup` in-process against the ledger of INFERCHAOS_HOME; its exit code."""
+    from inferchaos.experiments import cli
+
+    monkeypatch.setattr(cli, "LocalEnvironment", RecordedLocalEnvironment)
+    monkeypatch.setattr("sys.argv", ["inferchaos", "cleanup"])
+    try:
+        cli.main()
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
