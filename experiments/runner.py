@@ -115,7 +115,7 @@ def describe_plan(spec: ExperimentSpec, plan: FaultPlan) -> str:
         *[f"  - {target}" for target in plan.targets],
         "SLOs:",
         *[
-            f"  - {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g} [{s.phase.value}]"
+            f"  - {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold_text} [{s.phase.value}]"
             for s in spec.slos.slos
         ],
     ]

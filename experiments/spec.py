@@ -187,9 +187,14 @@ def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:
             raise _fail(path, f"stop_conditions[{index}]", "must be a mapping")
         entries.append({"agg": "last", **entry, "phase": "during"})
     try:
-        return ensure_slos_are_valid({"slos": entries}).slos if entries else ()
+        conditions = ensure_slos_are_valid({"slos": entries}).slos if entries else ()
     except ConfigError as e:
         raise ConfigError(f"{path}: {str(e).replace('slos[', 'stop_conditions[', 1)}") from e
+    for index, condition in enumerate(conditions):
+        # A guardrail acts while the fault runs, on readings alone: it has no baseline to wait for.
+        if condition.scale is not None:
+            raise _fail(path, f"stop_conditions[{index}].threshold", "a stop condition needs a number")
+    return conditions
 
 
 def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpec:

@@ -44,6 +44,8 @@ def observed(slo: SloRecord) -> str:
     the verdict (1.50004 against ``<= 1.5`` must not print as 1.5)."""
     if slo.observed is None:
         return "no data"
+    if slo.threshold is None:
+        return f"{slo.observed:.4g}"
     if slo.observed.is_integer() and abs(slo.observed) < 1e15:
         return str(int(slo.observed))  # counts and byte sizes read best in full
     for digits in (4, 6, 10):
@@ -66,8 +68,13 @@ def exact(value: float) -> str:
 
 
 def threshold(slo: SloRecord) -> str:
-    """``<= 1.5``: the declared operator and threshold."""
-    return f"{slo.op.value} {exact(slo.threshold)}"
+    """``<= 1.5``: the declared operator and threshold; for a threshold read from the run's
+    baseline, how: ``<= 0.27 (3 x baseline 0.09)``."""
+    if not slo.scale:
+        return f"{slo.op.value} {'?' if slo.threshold is None else exact(slo.threshold)}"
+    if slo.threshold is None or slo.baseline is None:
+        return f"{slo.op.value} {slo.scale} (no baseline)"
+    return f"{slo.op.value} {slo.threshold:.4g} ({slo.scale} {slo.baseline:.4g})"
 
 
 def slo_title(slo: SloRecord) -> str:

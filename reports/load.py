@@ -43,9 +43,12 @@ class SloRecord:
     ok: bool
     observed: float | None
     op: Op
-    threshold: float
+    # None: a baseline-relative threshold that had no baseline to scale (the SLO failed closed).
+    threshold: float | None
     samples: int | None = None
     reason: str = ""
+    baseline: float | None = None
+    scale: str = ""
 
 
 @dataclass(frozen=True)
@@ -314,9 +317,12 @@ def _slo(f: _Fields, entry: object, where: str) -> SloRecord:
         ok=f.flag(entry, "ok", w),
         observed=f.opt_number(entry, "observed", w),
         op=Op(f.choice(entry, "op", w, [o.value for o in Op])),
-        threshold=f.number(entry, "threshold", w),
+        threshold=f.opt_number(entry, "threshold", w),
         samples=None if samples is None else int(samples),
         reason=f.text(entry, "reason", w),
+        # Only a baseline-relative threshold carries these two keys.
+        baseline=f.opt_number(entry, "baseline", w) if "scale" in entry else None,
+        scale=f.text(entry, "scale", w) if "scale" in entry else "",
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -73,20 +74,27 @@ class SloResult:
     threshold: float
     samples: int = 0
     reason: str = ""
+    # A threshold read from the baseline: the baseline value and how it was scaled.
+    baseline: float | None = None
+    scale: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        """The verdict.json form."""
-        return {
+        """The verdict.json form (``baseline`` and ``scale`` only for a baseline-relative threshold)."""
+        entry: dict[str, object] = {
             "name": self.name,
             "layer": self.layer,
             "phase": self.phase,
             "ok": self.ok,
             "observed": self.observed,
             "op": self.op,
-            "threshold": self.threshold,
+            "threshold": None if math.isnan(self.threshold) else self.threshold,
             "samples": self.samples,
             "reason": self.reason,
         }
+        if self.scale:
+            entry["baseline"] = self.baseline
+            entry["scale"] = self.scale
+        return entry
 
 
 @dataclass(frozen=True)
@@ -213,10 +221,13 @@ def evaluate_slo(
 ) -> SloResult:
     """Judge one SLO over its phase of ``timeline``."""
     windows = phase_windows(timeline) if windows is None else windows
+    baseline = baseline_value(timeline, slo, windows) if slo.scale else None
+    slo = slo.scaled_by(baseline)
+    scale = slo.scale.describe() if slo.scale else ""
 
     def result(ok: bool, observed: float | None, samples: int = 0, reason: str = "") -> SloResult:
         return SloResult(slo.name, slo.layer, slo.phase.value, ok, observed, slo.op.value, slo.threshold,
-                         samples, reason)  # fmt: skip
+                         samples, reason, baseline, scale)  # fmt: skip
 
     window = windows.get(slo.phase)
     if window is None:
@@ -226,6 +237,10 @@ def evaluate_slo(
     selector = _selector(slo)
     if not samples:
         return result(False, None, reason=f"no samples of {selector} in the {slo.phase.value} phase")
+    if slo.scale and baseline is None:
+        return result(
+            False, None, samples, f"no baseline of {slo.agg}({selector}) to scale its threshold from"
+        )
     if slo.window_s is None:
         observed = _aggregate(get_aggregate(slo.agg), series)
     else:
@@ -239,8 +254,31 @@ def evaluate_slo(
     if observed is None:
         return result(False, None, samples, f"{slo.agg} of {selector} is undefined over {samples} sample(s)")
     ok = slo.holds(observed)
-    reason = "" if ok else f"{slo.agg}({selector}) = {observed:g}, needs {slo.op.value} {slo.threshold:g}"
+    relative = f" ({scale} {baseline:g})" if slo.scale and baseline is not None else ""
+    reason = (
+        ""
+        if ok
+        else f"{slo.agg}({selector}) = {observed:g}, needs {slo.op.value} {slo.threshold:g}{relative}"
+    )
     return result(ok, observed, samples, reason)
+
+
+def baseline_value(
+    timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow] | None = None
+) -> float | None:
+    """The SLO's aggregate of its probe over the whole baseline phase: what a relative threshold scales.
+
+    None when the baseline phase or its samples are missing: the SLO then fails closed.
+    """
+    windows = phase_windows(timeline) if windows is None else windows
+    window = windows.get(Phase.BASELINE)
+    if window is None:
+        return None
+    return _aggregate(get_aggregate(slo.agg), _slo_series(timeline, slo, window))
+
+
+def _scaled(timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow]) -> Slo:
+    return slo.scaled_by(baseline_value(timeline, slo, windows)) if slo.scale else slo
 
 
 def _selector(slo: Slo) -> str:
@@ -272,6 +310,7 @@ def detect(
     for slo in spec.slos:
         if slo.phase is not Phase.DURING:
             continue
+        slo = _scaled(timeline, slo, windows)
         for t, value in slo_evolution(slo, _slo_series(timeline, slo, during)):
             if not slo.holds(value):
                 if first is None or t < first.at:
@@ -297,7 +336,9 @@ def recover(
     recovery = windows.get(Phase.RECOVERY)
     if recovery is None:
         return RecoveryResult(False, None, None, None, "the fault was never reverted")
-    evolutions = {name: _held(timeline, spec.by_name(name), recovery) for name in rec.steady}
+    evolutions = {
+        name: _held(timeline, _scaled(timeline, spec.by_name(name), windows), recovery) for name in rec.steady
+    }
     failing_at_end = tuple(name for name, ev in evolutions.items() if not ev or not ev[-1][1])
     silent = [name for name, ev in evolutions.items() if not ev]
     if silent:

@@ -11,7 +11,7 @@ import difflib
 import math
 import operator
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -54,8 +54,37 @@ class Phase(StrEnum):
 
 
 @dataclass(frozen=True)
+class BaselineScale:
+    """A threshold read from the run's own baseline: ``times`` x the same aggregate of the same
+    probe over the baseline phase, and never below ``at_least``.
+
+    Latency on 2 shared cores and on a GPU cluster differ by an order of magnitude; a scenario
+    that says "TTFT may triple, not more" means the same thing on both, where a fixed number
+    would fail a healthy slow machine or pass a broken fast one. ``at_least`` keeps a tiny
+    baseline (a few milliseconds) from turning scheduler jitter into a breach.
+    """
+
+    times: float
+    at_least: float = 0.0
+
+    def threshold(self, baseline: float) -> float:
+        """The threshold a baseline of ``baseline`` gives."""
+        return max(self.at_least, self.times * baseline)
+
+    def describe(self) -> str:
+        """``3 x baseline`` (``, at least 0.3``), for verdicts and reports."""
+        floor = f", at least {self.at_least:g}" if self.at_least else ""
+        return f"{self.times:g} x baseline{floor}"
+
+
+@dataclass(frozen=True)
 class Slo:
-    """``agg(probe{labels})`` over ``phase`` (or over every ``window_s`` window of it) ``op threshold``."""
+    """``agg(probe{labels})`` over ``phase`` (or over every ``window_s`` window of it) ``op threshold``.
+
+    With ``scale`` the threshold comes from the run's baseline (:class:`BaselineScale`); until
+    :meth:`scaled_by` has been given that baseline, ``threshold`` is NaN, which no observation
+    meets: an SLO whose baseline is missing fails closed.
+    """
 
     name: str
     probe: str
@@ -65,6 +94,7 @@ class Slo:
     phase: Phase
     labels: Mapping[str, str] = field(default_factory=dict)
     window_s: float | None = None
+    scale: BaselineScale | None = None
 
     @property
     def layer(self) -> str:
@@ -74,6 +104,17 @@ class Slo:
     def holds(self, observed: float) -> bool:
         """Whether ``observed`` meets this SLO."""
         return self.op.holds(observed, self.threshold)
+
+    @property
+    def threshold_text(self) -> str:
+        """``0.5``, or ``3 x baseline`` for a threshold read from the run's baseline."""
+        return self.scale.describe() if self.scale else f"{self.threshold:g}"
+
+    def scaled_by(self, baseline: float | None) -> Slo:
+        """This SLO with its threshold taken from ``baseline`` (None: no baseline, NaN threshold)."""
+        if self.scale is None:
+            return self
+        return replace(self, threshold=math.nan if baseline is None else self.scale.threshold(baseline))
 
 
 @dataclass(frozen=True)
@@ -183,16 +224,49 @@ def _slo(entry: object, path: str, known: Collection[str], open_families: Collec
     if not isinstance(name, str) or not name.strip():
         raise _fail(f"{path}.name", f"must be a non-empty string, got {name!r}")
     window = entry.get("window_s")
+    probe = _probe(entry["probe"], f"{path}.probe", known, open_families)
+    agg = _choice(entry["agg"], f"{path}.agg", "aggregate", AGGREGATES)
+    op = Op(_choice(entry["op"], f"{path}.op", "operator", [o.value for o in Op]))
+    if not isinstance(entry["threshold"], Mapping):
+        _number(entry["threshold"], f"{path}.threshold")
+    phase = Phase(_choice(entry["phase"], f"{path}.phase", "phase", [p.value for p in Phase]))
+    threshold, scale = _threshold(entry["threshold"], f"{path}.threshold", op, phase)
     return Slo(
         name=name,
-        probe=_probe(entry["probe"], f"{path}.probe", known, open_families),
-        agg=_choice(entry["agg"], f"{path}.agg", "aggregate", AGGREGATES),
-        op=Op(_choice(entry["op"], f"{path}.op", "operator", [o.value for o in Op])),
-        threshold=_number(entry["threshold"], f"{path}.threshold"),
-        phase=Phase(_choice(entry["phase"], f"{path}.phase", "phase", [p.value for p in Phase])),
+        probe=probe,
+        agg=agg,
+        op=op,
+        threshold=threshold,
+        phase=phase,
         labels=_labels(entry.get("labels", {}), f"{path}.labels"),
         window_s=None if window is None else _duration(window, f"{path}.window_s", allow_zero=False),
+        scale=scale,
     )
+
+
+SCALE_KEYS: tuple[str, ...] = ("times_baseline", "at_least")
+
+
+def _threshold(value: object, path: str, op: Op, phase: Phase) -> tuple[float, BaselineScale | None]:
+    """A number, or ``{times_baseline: N, at_least: M}`` for a threshold read from the baseline."""
+    if not isinstance(value, Mapping):
+        return _number(value, path), None
+    _no_unknown_keys(value, path, SCALE_KEYS)
+    if "times_baseline" not in value:
+        raise _fail(f"{path}.times_baseline", "required: how many times the baseline value the threshold is")
+    if phase is Phase.BASELINE:
+        raise _fail(path, "a baseline-phase SLO cannot be relative to the baseline it judges; give a number")
+    if op not in (Op.LT, Op.LE, Op.GT, Op.GE):
+        raise _fail(path, f"a threshold relative to the baseline needs <, <=, > or >=, not {op.value}")
+    times = _number(value["times_baseline"], f"{path}.times_baseline")
+    if times <= 0:
+        raise _fail(f"{path}.times_baseline", f"must be more than 0, got {value['times_baseline']!r}")
+    at_least = _number(value.get("at_least", 0.0), f"{path}.at_least")
+    if at_least < 0:
+        raise _fail(f"{path}.at_least", f"must be 0 or more, got {value['at_least']!r}")
+    if at_least and op in (Op.GT, Op.GE):
+        raise _fail(f"{path}.at_least", f"a floor only makes sense for < and <=, not {op.value}")
+    return math.nan, BaselineScale(times, at_least)
 
 
 def _recovery(value: object, slo_names: Collection[str]) -> RecoverySpec:

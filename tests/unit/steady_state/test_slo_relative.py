@@ -1,0 +1,153 @@
+"""Thresholds read from the run's own baseline: ``threshold: {times_baseline: N, at_least: M}``.
+
+The same scenario must judge a slow machine and a fast one alike: "TTFT may triple" is a
+statement about the platform, "TTFT under 0.5 s" one about the hardware.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import yaml
+
+from inferchaos.errors import ConfigError
+from inferchaos.experiments.spec import ensure_experiment_is_valid
+from inferchaos.reports.formatting import threshold as threshold_text
+from inferchaos.reports.load import SloRecord
+from inferchaos.steady_state.evaluation import detect, evaluate, evaluate_slo, recover
+from inferchaos.steady_state.slo import Op, Phase, SloSpec, ensure_slos_are_valid
+from inferchaos.steady_state.timeline import Timeline
+
+if TYPE_CHECKING:
+    from conftest import Synth
+
+EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
+MARKS = {"baseline_start": 0, "injected": 10, "reverted": 20, "end": 40}
+
+
+def spec(*slos: str, recovery: str | None = None) -> SloSpec:
+    doc: dict[str, object] = {"slos": [yaml.safe_load(s) for s in slos]}
+    if recovery:
+        doc["recovery"] = yaml.safe_load(recovery)
+    return ensure_slos_are_valid(doc)
+
+
+def ttft_run(synth: Synth, baseline: float, during: float, after: float) -> Timeline:
+    values = [baseline if t < 10 else during if t < 20 else after for t in range(41)]
+    return synth.timeline(synth.rows("canary.ttft_s", values), **MARKS)
+
+
+TRIPLE = (
+    '{name: ttft, probe: canary.ttft_s, agg: p95, op: "<=", threshold: {times_baseline: 3}, phase: during}'
+)
+TRIPLE_FLOOR = (
+    '{name: ttft, probe: canary.ttft_s, agg: p95, op: "<=", threshold: {times_baseline: 3, at_least: 0.3},'
+    " phase: during}"
+)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "during", "ok"),
+    [
+        (0.1, 0.25, True),  # a fast machine, TTFT x2.5
+        (0.1, 0.35, False),  # the same machine, x3.5
+        (0.6, 1.5, True),  # a machine six times slower, x2.5: the same verdict as the fast one
+        (0.6, 2.1, False),
+    ],
+)
+def test_the_verdict_follows_the_ratio_not_the_machine(
+    synth: Synth, baseline: float, during: float, ok: bool
+) -> None:
+    (result,) = evaluate(ttft_run(synth, baseline, during, baseline), spec(TRIPLE)).slos
+    assert result.ok is ok
+    assert result.baseline == pytest.approx(baseline)
+    assert result.threshold == pytest.approx(3 * baseline)
+
+
+def test_the_verdict_records_both_numbers(synth: Synth) -> None:
+    (result,) = evaluate(ttft_run(synth, 0.1, 0.5, 0.1), spec(TRIPLE)).slos
+    entry = result.to_dict()
+    assert entry["baseline"] == pytest.approx(0.1)
+    assert entry["threshold"] == pytest.approx(0.3)
+    assert entry["scale"] == "3 x baseline"
+    assert not entry["ok"]
+    assert "3 x baseline 0.1" in result.reason
+
+
+def test_a_floor_keeps_a_tiny_baseline_from_turning_jitter_into_a_breach(synth: Synth) -> None:
+    (result,) = evaluate(ttft_run(synth, 0.005, 0.05, 0.005), spec(TRIPLE_FLOOR)).slos
+    assert result.ok and result.threshold == pytest.approx(0.3)
+    (breach,) = evaluate(ttft_run(synth, 0.005, 0.4, 0.005), spec(TRIPLE_FLOOR)).slos
+    assert not breach.ok
+
+
+@pytest.mark.parametrize("baseline_reads", ["missing", "failed"])
+def test_no_baseline_samples_fails_closed(synth: Synth, baseline_reads: str) -> None:
+    if baseline_reads == "missing":
+        rows = synth.rows("canary.ttft_s", [0.1] * 31, start=10)
+    else:
+        rows = synth.rows("canary.ttft_s", [math.nan if t < 10 else 0.1 for t in range(41)])
+    (result,) = evaluate(synth.timeline(rows, **MARKS), spec(TRIPLE)).slos
+    assert not result.ok
+    assert "no baseline" in result.reason
+    assert result.to_dict()["threshold"] is None
+
+
+def test_detection_and_recovery_use_the_scaled_threshold(synth: Synth) -> None:
+    slos = spec(
+        TRIPLE,
+        '{name: ttft_after, probe: canary.ttft_s, agg: p95, op: "<=", threshold: {times_baseline: 2},'
+        " phase: recovery, window_s: 3}",
+        recovery="{within_s: 15, hold_s: 3, steady: [ttft_after]}",
+    )
+    healthy_again = ttft_run(synth, 0.2, 1.0, 0.3)
+    detection = detect(healthy_again, slos)
+    assert detection is not None and detection.slo == "ttft"
+    assert recover(healthy_again, slos) is not None and recover(healthy_again, slos).recovered  # type: ignore[union-attr]
+    # Recovery to 0.5 s is 2.5 x a 0.2 s baseline: not back.
+    still_slow = ttft_run(synth, 0.2, 1.0, 0.5)
+    result = recover(still_slow, slos)
+    assert result is not None and not result.recovered
+    assert not evaluate_slo(still_slow, slos.by_name("ttft_after")).ok
+
+
+@pytest.mark.parametrize(
+    ("threshold", "phase", "op", "message"),
+    [
+        ("{times_baseline: 3}", "baseline", "<=", "cannot be relative to the baseline it judges"),
+        ("{times_baseline: 0}", "during", "<=", "times_baseline: must be more than 0"),
+        ("{times_baseline: .nan}", "during", "<=", "times_baseline: must be a finite number"),
+        ("{at_least: 0.3}", "during", "<=", "times_baseline: required"),
+        ("{times_baseline: 3, per: p95}", "during", "<=", "unknown"),
+        ("{times_baseline: 3}", "during", "==", "needs <, <=, > or >="),
+        ("{times_baseline: 0.5, at_least: 1}", "during", ">=", "only makes sense for < and <="),
+    ],
+)
+def test_bad_relative_thresholds_are_one_line_errors(
+    threshold: str, phase: str, op: str, message: str
+) -> None:
+    entry = f'{{name: t, probe: canary.ttft_s, agg: p95, op: "{op}", threshold: {threshold}, phase: {phase}}}'
+    with pytest.raises(ConfigError) as error:
+        spec(entry)
+    assert str(error.value).startswith("slos[0].threshold")
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_reports_show_how_the_threshold_was_read() -> None:
+    record = SloRecord("ttft", "canary", Phase.DURING, False, 0.5, Op.LE, 0.3, 3, "", 0.1, "3 x baseline")
+    assert threshold_text(record) == "<= 0.3 (3 x baseline 0.1)"
+    missing = SloRecord("ttft", "canary", Phase.DURING, False, None, Op.LE, None, 0, "", None, "3 x baseline")
+    assert threshold_text(missing) == "<= 3 x baseline (no baseline)"
+
+
+def test_a_stop_condition_needs_a_number(tmp_path: Path) -> None:
+    raw = yaml.safe_load((EXPERIMENTS / "kv_flood.yaml").read_text())
+    raw["stop_conditions"][0]["threshold"] = {"times_baseline": 0.5}
+    with pytest.raises(
+        ConfigError, match=r"stop_conditions\[0\]\.threshold: a stop condition needs a number"
+    ):
+        ensure_experiment_is_valid(raw, tmp_path / "kv_flood.yaml")
