@@ -9,7 +9,7 @@ whose one line names the file and the key path, e.g. ``kv_flood.yaml: slos[1].op
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -19,7 +19,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.faults import registry
 from inferchaos.faults.base import TypedFault
 from inferchaos.layers import EnvName
-from inferchaos.params import parse_params
+from inferchaos.params import InvalidValue, convert, seconds
 from inferchaos.steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,9 @@ OLD_TOP_LEVEL_PACKAGES = ("experiments", "faults", "steady_state", "environments
 
 
 def _ensure_providers_use_the_namespace(raw: dict[str, Any], path: Path) -> None:
-    sections = [("steady-state-hypothesis.probes", (raw.get("steady-state-hypothesis") or {}).get("probes"))]
+    hypothesis = raw.get("steady-state-hypothesis")
+    probes = hypothesis.get("probes") if isinstance(hypothesis, dict) else None
+    sections: list[tuple[str, Any]] = [("steady-state-hypothesis.probes", probes)]
     sections += [("method", raw.get("method")), ("rollbacks", raw.get("rollbacks"))]
     for section, activities in sections:
         if not isinstance(activities, list):
@@ -86,12 +88,22 @@ def load_experiment(path: Path) -> dict[str, Any]:
     """Read an experiment file into a mapping, or raise a one-line ConfigError."""
     if not path.exists():
         raise ConfigError(f"{path}: no such experiment file")
+    if path.is_dir():
+        raise ConfigError(
+            f"{path}: is a directory, not an experiment file (a folder of them is a gameday --suite)"
+        )
     if not path.is_file():
-        raise ConfigError(f"{path}: not a file")
+        raise ConfigError(f"{path}: not a regular file")
     try:
-        text = path.read_text()
+        # YAML is UTF-8 whatever the locale says; a file saved as Latin-1 is refused, not misread.
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        bad = e.object[e.start : e.start + 1].hex()
+        raise ConfigError(
+            f"{path}: not UTF-8 text: byte 0x{bad} at offset {e.start}; save the file as UTF-8"
+        ) from e
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from e
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from e
     if not text.strip():
         raise ConfigError(f"{path}: the file is empty; an experiment needs at least title, method and slos")
     try:
@@ -106,12 +118,11 @@ def load_experiment(path: Path) -> dict[str, Any]:
     return data
 
 
-def _positive(path: Path, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(path, key, f"must be a number of seconds, got {value!r}")
-    if value <= 0:
-        raise _fail(path, key, f"must be a positive number of seconds, got {value!r}")
-    return float(value)
+def _seconds(path: Path, key: str, value: Any, *, allow_zero: bool = False) -> float:
+    try:
+        return seconds(value, key, allow_zero=allow_zero)
+    except InvalidValue as e:
+        raise _fail(path, e.key, e.problem) from e
 
 
 def _fault_step(path: Path, method: list[Any]) -> FaultStep:
@@ -127,8 +138,11 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
         if activity.get("type") == "action" and provider.get("module") in modules:
             steps.append((index, activity, provider))
     if len(steps) != 1:
+        where = f" ({', '.join(f'method[{i}]' for i, _, _ in steps)})" if steps else ""
         raise _fail(
-            path, "method", f"needs exactly one fault action from {', '.join(modules)}; found {len(steps)}"
+            path,
+            "method",
+            f"needs exactly one fault action from {', '.join(modules)}; found {len(steps)}{where}",
         )
     index, activity, provider = steps[0]
     key = f"method[{index}]"
@@ -142,9 +156,11 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
         raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")
     _check_arguments(path, f"{key}.provider.arguments", fault_name, str(func), arguments)
     pauses = activity.get("pauses") or {}
+    if not isinstance(pauses, dict):
+        raise _fail(path, f"{key}.pauses", f"must be a mapping with after, got {type(pauses).__name__}")
     if "after" not in pauses:
         raise _fail(path, f"{key}.pauses.after", "required: how long the fault stays active, in seconds")
-    duration = _positive(path, f"{key}.pauses.after", pauses["after"])
+    duration = _seconds(path, f"{key}.pauses.after", pauses["after"])
     return FaultStep(
         index, str(activity.get("name", func)), module_name, str(func), fault_name, dict(arguments), duration
     )
@@ -156,20 +172,21 @@ def _check_arguments(path: Path, key: str, fault_name: str, func: str, arguments
     if not isinstance(fault, TypedFault):
         return
     hints = get_type_hints(fault.params_type)
+    defaults = {f.name: f.default for f in fields(fault.params_type) if f.default is not MISSING}
     given = {name: value for name, value in arguments.items() if value is not None}
     for name, value in arguments.items():
         if name not in hints:
             raise _fail(path, f"{key}.{name}", f"unknown argument; {func} takes {sorted(hints)}")
         if value is None:
             continue  # the action drops it: the parameter keeps its default
-        # One parameter alone, typed as in the fault's dataclass, so the message names its key.
-        alone = make_dataclass("Argument", [(name, hints[name])])
+        # Each argument alone against its type in the fault's dataclass, so the message names its key.
         try:
-            parse_params(fault_name, alone, {name: value})
-        except ConfigError as e:
-            raise _fail(path, f"{key}.{name}", str(e)) from e
-        if name.endswith("_s"):
-            _positive(path, f"{key}.{name}", value)
+            convert(value, hints[name], f"{key}.{name}")
+        except InvalidValue as e:
+            raise _fail(path, e.key, e.problem) from e
+        if name.endswith("_s") and not name.endswith("_per_s"):
+            # A duration; 0 only where the fault itself defaults to 0 (a grace period, not a timeout).
+            _seconds(path, f"{key}.{name}", value, allow_zero=defaults.get(name) == 0)
     try:
         fault.parse(given)
     except ConfigError as e:
@@ -180,7 +197,11 @@ def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise _fail(path, "stop_conditions", "must be a list of guardrails like SLOs (probe, op, threshold)")
+        raise _fail(
+            path,
+            "stop_conditions",
+            f"must be a list of guardrails like SLOs (probe, op, threshold), got {type(raw).__name__}",
+        )
     entries = []
     for index, entry in enumerate(raw):
         if not isinstance(entry, dict):
@@ -213,12 +234,16 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     _ensure_providers_use_the_namespace(raw, path)
     fault = _fault_step(path, method)
     environment = raw.get("environment") or {"name": "local"}
-    if not isinstance(environment, dict) or environment.get("name", EnvName.LOCAL) not in set(EnvName):
-        raise _fail(path, "environment.name", f"must be one of {[str(name) for name in EnvName]}")
+    if not isinstance(environment, dict):
+        raise _fail(path, "environment", f"must be a mapping with name, got {type(environment).__name__}")
+    env_name = environment.get("name", EnvName.LOCAL)
+    if not isinstance(env_name, str) or env_name not in set(EnvName):
+        known = ", ".join(str(name) for name in EnvName)
+        raise _fail(path, "environment.name", f"unknown environment {env_name!r}; use one of {known}")
     baseline = raw.get("baseline") or {}
     if not isinstance(baseline, dict):
         raise _fail(path, "baseline", "must be a mapping with duration_s")
-    baseline_s = _positive(path, "baseline.duration_s", baseline.get("duration_s", 10))
+    baseline_s = _seconds(path, "baseline.duration_s", baseline.get("duration_s", 10))
     try:
         slos = ensure_slos_are_valid(raw)
     except ConfigError as e:
@@ -230,7 +255,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
         name=path.stem,
         title=title.strip(),
         description=description.strip(),
-        env=str(environment.get("name", "local")),
+        env=str(env_name),
         baseline_s=baseline_s,
         fault=fault,
         slos=slos,
@@ -239,8 +264,47 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     )
 
 
+def _ensure_activity_shape(path: Path, key: str, activity: Any) -> None:
+    if not isinstance(activity, dict):
+        raise _fail(path, key, f"must be a mapping (an action or a probe), got {type(activity).__name__}")
+    if not isinstance(activity.get("name"), str):
+        raise _fail(path, f"{key}.name", f"required: a text name, got {activity.get('name')!r}")
+    provider = activity.get("provider")
+    if not isinstance(provider, dict):
+        raise _fail(path, f"{key}.provider", "required: a mapping with type, module and func")
+    for name in ("type", "module", "func"):
+        if name in provider and not isinstance(provider[name], str):
+            raise _fail(path, f"{key}.provider.{name}", f"must be text, got {provider[name]!r}")
+    if "arguments" in provider and not isinstance(provider["arguments"], dict):
+        raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")
+
+
+def _ensure_chaostoolkit_shapes(raw: dict[str, Any], path: Path) -> None:
+    """The shapes Chaos Toolkit's validator assumes without checking (it crashes on others)."""
+    if "configuration" in raw and not isinstance(raw["configuration"], dict):
+        raise _fail(path, "configuration", f"must be a mapping, got {type(raw['configuration']).__name__}")
+    tags = raw.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise _fail(path, "tags", f"must be a list of text tags, got {tags!r}")
+    sections: list[tuple[str, Any]] = [("method", raw["method"])]
+    if "steady-state-hypothesis" in raw:
+        hypothesis = raw["steady-state-hypothesis"]
+        if not isinstance(hypothesis, dict):
+            raise _fail(
+                path, "steady-state-hypothesis", f"must be a mapping, got {type(hypothesis).__name__}"
+            )
+        sections.append(("steady-state-hypothesis.probes", hypothesis.get("probes", [])))
+    sections.append(("rollbacks", raw.get("rollbacks", [])))
+    for section, activities in sections:
+        if not isinstance(activities, list):
+            raise _fail(path, section, f"must be a list of activities, got {type(activities).__name__}")
+        for index, activity in enumerate(activities):
+            _ensure_activity_shape(path, f"{section}[{index}]", activity)
+
+
 def _ensure_chaostoolkit_accepts(raw: dict[str, Any], path: Path) -> None:
     """Chaos Toolkit's own validation: the file must also run with `chaos run`."""
+    _ensure_chaostoolkit_shapes(raw, path)
     from chaoslib.exceptions import ChaosException
     from chaoslib.experiment import ensure_experiment_is_valid as ctk_validate
 

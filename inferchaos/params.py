@@ -9,11 +9,16 @@ what types cannot say, raising :class:`InvalidValue` (a key and its problem) or 
 Every problem is one line naming where it is: ``{name}: unknown parameter(s) x; known: a, b``,
 ``{name}: parameter 'x' must be float, got 'a'``, ``{name}: missing required parameter(s) x``,
 and ``{name}: allow.max_targets: must be at least 1, got 0`` for a check of a nested block.
+A float is finite: ``.nan`` and ``.inf`` are refused wherever a number is read.
+
+:func:`number` and :func:`seconds` read one number or duration for a parser that walks a
+document itself (the SLOs, an experiment's pauses), with the same rules and messages.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
@@ -60,6 +65,49 @@ class _Mismatch(Exception):
     """A value does not have the type its hint asks for (turned into a ConfigError by the caller)."""
 
 
+class _NotFinite(_Mismatch):
+    """A float that is NaN or infinite: YAML's ``.nan`` and ``.inf`` are floats, never a usable value."""
+
+
+def _problem(value: Any, hint: Any, mismatch: _Mismatch) -> str:
+    if isinstance(mismatch, _NotFinite):
+        return f"must be a finite number, got {value!r}"
+    return f"must be {_describe(hint)}, got {value!r}"
+
+
+def convert(value: Any, hint: Any, key: str) -> Any:
+    """One value as the type hint ``hint`` wants it, as :func:`parse_params` reads each key.
+
+    Raises :class:`InvalidValue` naming ``key`` (``concurrency: must be int or null, got '4'``),
+    so a caller that knows where the value sits can name that place in its own message.
+    """
+    try:
+        return _convert(_Where(key, "key"), value, hint, key)
+    except _Mismatch as e:
+        raise InvalidValue(key, _problem(value, hint, e)) from e
+
+
+def number(value: object, key: str) -> float:
+    """A finite int or float as a float; InvalidValue naming ``key`` for anything else."""
+    # bool is an int to Python but never a number here; "1.5" is a string a YAML author quoted
+    # by mistake, and silently coercing it would hide that.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "null" if value is None else type(value).__name__
+        raise InvalidValue(key, f"must be a number, got {kind} {value!r}")
+    if not math.isfinite(value):
+        raise InvalidValue(key, f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def seconds(value: object, key: str, *, allow_zero: bool = False) -> float:
+    """A finite duration in seconds, more than 0 (or 0 too with ``allow_zero``); InvalidValue naming ``key``."""
+    duration = number(value, key)
+    if duration < 0 or (duration == 0 and not allow_zero):
+        bound = "0 or more" if allow_zero else "more than 0"
+        raise InvalidValue(key, f"must be {bound} seconds, got {value!r}")
+    return duration
+
+
 def _build(where: _Where, cls: type[P], params: Any, prefix: str) -> P:
     if not isinstance(params, dict):
         raise ConfigError(f"{where.name}: {prefix.rstrip('.')} must be a mapping, got {params!r}")
@@ -84,7 +132,7 @@ def _build(where: _Where, cls: type[P], params: Any, prefix: str) -> P:
             values[key] = _convert(where, value, hints[key], prefix + key)
         except _Mismatch as e:
             raise ConfigError(
-                f"{where.name}: {where.noun} {prefix + key!r} must be {_describe(hints[key])}, got {value!r}"
+                f"{where.name}: {where.noun} {prefix + key!r} {_problem(value, hints[key], e)}"
             ) from e
     try:
         return cls(**values)
@@ -104,6 +152,8 @@ def _convert(where: _Where, value: Any, hint: Any, key: str) -> Any:
         for arg in get_args(hint):
             try:
                 return _convert(where, value, arg, key)
+            except _NotFinite:
+                raise  # a NaN is a float, so it is this arm's value, not another arm's
             except _Mismatch:
                 continue
         raise _Mismatch
@@ -142,6 +192,8 @@ def _convert(where: _Where, value: Any, hint: Any, key: str) -> Any:
     if hint is float:
         # JSON and YAML give 50 for 50.0; a bool is an int in Python but never a number here.
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise _NotFinite
             return value
         raise _Mismatch
     if hint is int:

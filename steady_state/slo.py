@@ -8,7 +8,6 @@ ConfigError whose one-line message starts with the key path, e.g.
 from __future__ import annotations
 
 import difflib
-import math
 import operator
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -16,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from inferchaos.errors import ConfigError
+from inferchaos.params import number, seconds
 from inferchaos.steady_state.aggregates import AGGREGATES
 from inferchaos.steady_state.catalog import KNOWN_PROBES, OPEN_FAMILIES, PROBE_FAMILIES, probe_layer
 
@@ -156,21 +156,12 @@ def _type_name(value: object) -> str:
 
 
 def _number(value: object, path: str) -> float:
-    # bool is an int to Python but never a threshold; "1.5" is a string a YAML author quoted
-    # by mistake, and silently coercing it would hide that.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(path, f"must be a number, got {_type_name(value)} {value!r}")
-    if not math.isfinite(value):
-        raise _fail(path, f"must be a finite number, got {value!r}")
-    return float(value)
+    # One reading of a number for every user input (NaN and inf refused): inferchaos.params.
+    return number(value, path)
 
 
 def _duration(value: object, path: str, *, allow_zero: bool) -> float:
-    seconds = _number(value, path)
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        bound = "0 or more" if allow_zero else "more than 0"
-        raise _fail(path, f"must be {bound} seconds, got {value!r}")
-    return seconds
+    return seconds(value, path, allow_zero=allow_zero)
 
 
 def _choice(value: object, path: str, what: str, choices: Collection[str]) -> str:
