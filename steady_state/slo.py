@@ -8,6 +8,7 @@ ConfigError whose one-line message starts with the key path, e.g.
 from __future__ import annotations
 
 import difflib
+import math
 import operator
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
