@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferchaos.errors import EnvironmentError_, InferchaosError
+from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import build_journal
 from inferchaos.experiments.probes import ProbeFactory, build_probes
@@ -101,7 +101,12 @@ def plan_run(spec: ExperimentSpec, env: Environment) -> tuple[Fault, FaultPlan]:
     """Validate the fault against the live environment (blast radius included); touches nothing."""
     check_environment(env)
     fault = get_fault(spec.fault.fault)
-    return fault, fault.plan(env, dict(spec.fault.params))
+    try:
+        return fault, fault.plan(env, dict(spec.fault.params))
+    except ConfigError as e:
+        # Arguments that only the live environment can refuse (a replica it does not have)
+        # are still bad input in the file: name the file and the key, as validation does.
+        raise ConfigError(f"{spec.path}: method[{spec.fault.index}].provider.arguments: {e}") from e
 
 
 def describe_plan(spec: ExperimentSpec, plan: FaultPlan) -> str:

@@ -41,6 +41,7 @@ def test_run_on_an_unknown_target_exits_2_naming_it_and_the_known_replicas(
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr[-2000:]
     assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
+    assert f"{BAD_TARGET}: method[0].provider.arguments: " in lines[0], lines[0]
     assert "replica-9" in lines[0], lines[0]
     for name in known:
         assert name in lines[0], f"the line must name the replicas there are ({known}): {lines[0]}"
