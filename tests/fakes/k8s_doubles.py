@@ -53,5 +53,9 @@ elif command in ("stop", "start"):
     print(name)
 else:
     sys.exit(f"unknown command {command}")
-state_file.write_text(json.dumps(state))
+# Replaced atomically: the fake control plane reads this file from another thread, and a
+# half-written file read as empty JSON killed that thread (and the node never came back).
+tmp = state_file.with_suffix(".tmp")
+tmp.write_text(json.dumps(state))
+tmp.replace(state_file)
 """
