@@ -74,7 +74,8 @@ def threshold(slo: SloRecord) -> str:
         return f"{slo.op.value} {'?' if slo.threshold is None else exact(slo.threshold)}"
     if slo.threshold is None or slo.baseline is None:
         return f"{slo.op.value} {slo.scale} (no baseline)"
-    return f"{slo.op.value} {slo.threshold:.4g} ({slo.scale} {slo.baseline:.4g})"
+    scaled = slo.scale.replace("baseline", f"baseline {slo.baseline:.4g}", 1)
+    return f"{slo.op.value} {slo.threshold:.4g} ({scaled})"
 
 
 def slo_title(slo: SloRecord) -> str:

@@ -254,7 +254,12 @@ def evaluate_slo(
     if observed is None:
         return result(False, None, samples, f"{slo.agg} of {selector} is undefined over {samples} sample(s)")
     ok = slo.holds(observed)
-    relative = f" ({scale} {baseline:g})" if slo.scale and baseline is not None else ""
+    # "3 x baseline 0.09, at least 0.3": the baseline value stands next to the word it fills in.
+    relative = (
+        f" ({scale.replace('baseline', f'baseline {baseline:g}', 1)})"
+        if slo.scale and baseline is not None
+        else ""
+    )
     reason = (
         ""
         if ok

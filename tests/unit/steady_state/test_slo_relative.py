@@ -140,6 +140,10 @@ def test_bad_relative_thresholds_are_one_line_errors(
 def test_reports_show_how_the_threshold_was_read() -> None:
     record = SloRecord("ttft", "canary", Phase.DURING, False, 0.5, Op.LE, 0.3, 3, "", 0.1, "3 x baseline")
     assert threshold_text(record) == "<= 0.3 (3 x baseline 0.1)"
+    floored = SloRecord(
+        "ttft", "canary", Phase.DURING, True, 0.1, Op.LE, 0.3, 3, "", 0.05, "3 x baseline, at least 0.3"
+    )
+    assert threshold_text(floored) == "<= 0.3 (3 x baseline 0.05, at least 0.3)"
     missing = SloRecord("ttft", "canary", Phase.DURING, False, None, Op.LE, None, 0, "", None, "3 x baseline")
     assert threshold_text(missing) == "<= 3 x baseline (no baseline)"
 
