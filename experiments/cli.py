@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
 from inferchaos.errors import ConfigError, FaultError, InferchaosError
+from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
 from inferchaos.experiments.probes import build_probes
@@ -31,6 +32,7 @@ from inferchaos.experiments.runner import (
     check_environment,
     describe_plan,
     plan_run,
+    plan_sabotage,
     run_experiment,
 )
 from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
@@ -291,34 +293,50 @@ def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
         ttr = f"{timing.time_to_recover_s:.1f} s" if timing.time_to_recover_s is not None else "-"
         console.print(f"  time to detect {ttd}, time to recover {ttr}; triage: {verdict.triage.get('layer')} "
                       f"({verdict.triage.get('reason', '')})", highlight=False)  # fmt: skip
+    if verdict.control is not None:
+        proven = verdict.control["result"] == "failed_as_expected"
+        console.print(
+            f"  [bold {'green' if proven else 'red'}]{verdict.control['message']}[/]", highlight=False
+        )
     console.print(f"  run folder: {run_dir}", highlight=False)
 
 
+def _load_run(path: Path) -> tuple[ExperimentSpec, ControlSpec | None]:
+    """An experiment file, or a control file with the scenario it runs."""
+    if is_control_file(path):
+        control = load_control(path)
+        return control.run_spec(), control
+    return load_and_validate(path), None
+
+
 def _run_one(
-    path: Path,
+    spec: ExperimentSpec,
     env: LocalEnvironment | K8sEnvironment,
     out: Path,
     interval: float,
     dry_run: bool,
     allow: AllowList | None = None,
     load: str | None = None,
-) -> int:
-    spec = load_and_validate(path)
+    control: ControlSpec | None = None,
+) -> tuple[int, Verdict | None]:
+    """Run one experiment (or control) into ``out``: its exit code and verdict (None for a dry run)."""
     # Named here, so that Locust's CSVs (with --load) land in the run folder too.
     run_dir = out / f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.name}"
-    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir)
+    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir,
+                         control=control)  # fmt: skip
     factory = load_probe_factory(load, csv_dir=run_dir / "load") if load else build_probes
     with Progress() as progress:
         runner_progress = progress if not dry_run else None
         verdict = run_experiment(spec, env, options, runner_progress, probe_factory=factory)
     if verdict is None:
-        return 0
+        return 0, None
     _print_verdict(verdict, run_dir)
-    return (
+    code = (
         verdict.exit_code
         if str(verdict.status) != "aborted" or "interrupted" not in verdict.reason
         else EXIT_INTERRUPTED
     )
+    return code, verdict
 
 
 LOAD_OPTION = click.option(
@@ -353,8 +371,12 @@ def run_cmd(
     Exit codes: 0 every SLO held and the system recovered; 1 an SLO breached, no recovery in
     time, the fault never bit, or the run aborted; 2 invalid input or environment error
     (nothing injected); 130 interrupted (after rollback).
+
+    EXPERIMENT may also be a negative control (experiments/controls/*.yaml): the scenario it
+    names runs against a platform the control breaks, and is expected to FAIL (exit 1); the
+    verdict says whether it failed as expected, with the expected triage layer.
     """
-    spec = load_and_validate(experiment)
+    spec, control = _load_run(experiment)
     allow = None
     environment: LocalEnvironment | K8sEnvironment
     if env_name in K8S_ENVS:
@@ -366,7 +388,7 @@ def run_cmd(
             allow = load_env_config(config_file, env_name).allow
     if spec.env != env_name:
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
-    sys.exit(_run_one(experiment, environment, out_dir, interval, dry_run, allow, load))
+    sys.exit(_run_one(spec, environment, out_dir, interval, dry_run, allow, load, control)[0])
 
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
@@ -380,6 +402,8 @@ class _PlannedRun:
 
     spec: ExperimentSpec
     plan: FaultPlan
+    control: ControlSpec | None = None
+    sabotage: tuple[FaultPlan, ...] = ()
 
 
 def _ensure_no_local_options(ctx: click.Context, env_name: str) -> None:
@@ -393,7 +417,7 @@ def _ensure_no_local_options(ctx: click.Context, env_name: str) -> None:
 
 
 def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8sEnvironment,
-                allow: AllowList | None) -> list[_PlannedRun]:  # fmt: skip
+                allow: AllowList | None, controls: Sequence[ControlSpec] = ()) -> list[_PlannedRun]:  # fmt: skip
     """Plan every experiment (environment answers, fault valid, blast radius allowed) before the first acts.
 
     A game day that would be refused at its third experiment is refused before its first, so a
@@ -406,22 +430,40 @@ def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8s
         if allow is not None:
             ensure_plan_is_allowed(plan.targets, allow, environment.load_state().ray_address)
         planned.append(_PlannedRun(spec, plan))
+    for control in controls:
+        _, plan = plan_run(control.scenario, environment)
+        plans = [plan, *plan_sabotage(control, environment)]
+        if allow is not None:
+            for each in plans:
+                ensure_plan_is_allowed(each.targets, allow, environment.load_state().ray_address)
+        planned.append(_PlannedRun(control.run_spec(), plan, control, tuple(plans[1:])))
     return planned
 
 
 def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEnvironment, out_dir: Path,
                interval: float, allow: AllowList | None, load: str | None) -> int:  # fmt: skip
-    """Run the planned experiments in order into one game-day folder, index the reports; the worst exit code."""
+    """Run the planned experiments in order into one game-day folder, index the reports; the worst exit code.
+
+    A negative control counts as 0 when its scenario failed as expected and 1 when it did not.
+    """
     day = out_dir / time.strftime("gameday-%Y%m%d-%H%M%S")
     worst = 0
+    proofs: list[tuple[str, bool, str]] = []
     for i, run in enumerate(planned):
-        console.rule(f"{run.spec.name}: {run.spec.title}")
+        title = f"negative control: {run.control.breaks}" if run.control else run.spec.title
+        console.rule(f"{run.spec.name}: {title}")
+        verdict: Verdict | None = None
         try:
-            code = _run_one(run.spec.path, environment, day, interval, False, allow, load)
+            code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control)
         except InferchaosError as e:
             # One experiment that cannot run is a finding of the day; the others still run.
             click.echo(f"inferchaos: {run.spec.name}: {e}", err=True)
             code = e.exit_code
+        if run.control is not None and code in (0, 1):
+            outcome = verdict.control if verdict is not None and verdict.control else {}
+            proven = outcome.get("result") == "failed_as_expected"
+            proofs.append((run.spec.name, proven, str(outcome.get("message", "control left no verdict"))))
+            code = 0 if proven else 1
         worst = max(worst, code)
         if code == EXIT_INTERRUPTED:
             # The run was rolled back on Ctrl-C/SIGTERM; whoever stopped the day wants it over.
@@ -429,6 +471,8 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
             if skipped:
                 click.echo(f"inferchaos: game day interrupted; not run: {', '.join(skipped)}", err=True)
             break
+    for name, proven, message in proofs:
+        console.print(f"[{'green' if proven else 'red'}]{name}: {message}[/]", highlight=False)
     if out_dir.is_dir():
         from inferchaos.reports.errors import ReportError
         from inferchaos.reports.render import render_index
@@ -458,10 +502,19 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
     help="Validate the suite and the config, check the environment answers, print every plan; touch nothing.",
 )
 @click.option("--keep-up", is_flag=True, help="local: leave the environment running afterwards.")
+@click.option(
+    "--controls",
+    "with_controls",
+    is_flag=True,
+    help="After the scenarios, run each one's negative control (controls/<scenario>.yaml beside it): "
+    "the same scenario against a deliberately broken platform, which must FAIL with the expected "
+    "triage layer. Exit 0 only when every scenario passes and every control fails as expected.",
+)
 @LOAD_OPTION
 @click.pass_context
 def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: str | None, out_dir: Path,
-            interval: float, dry_run: bool, keep_up: bool, load: str | None, **knobs: int) -> None:  # fmt: skip
+            interval: float, dry_run: bool, keep_up: bool, with_controls: bool, load: str | None,
+            **knobs: int) -> None:  # fmt: skip
     """Run a suite of experiments in sequence against one environment and write an index of the runs.
 
     Every experiment and the config are validated, and every experiment is planned against the
@@ -481,12 +534,14 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
         _ensure_no_local_options(ctx, env_name)
         k8s_environment = _k8s_env(env_name, config_file)  # reads the config; connects to nothing yet
     suite_name = suite or default_suite(env_name)
-    specs = [load_and_validate(path) for path in suite_paths(suite_name)]
+    paths = suite_paths(suite_name)
+    specs = [load_and_validate(path) for path in paths]
     ensure_suite_matches_env(suite_name, specs, env_name)
+    controls = [load_control(path) for path in controls_of(paths)] if with_controls else []
     if k8s_environment is not None:
         allow = _k8s_run_allow(k8s_environment)
         try:
-            planned = _plan_suite(specs, k8s_environment, allow)
+            planned = _plan_suite(specs, k8s_environment, allow, controls)
             if dry_run:
                 _print_plans(planned)
                 sys.exit(0)
@@ -498,14 +553,14 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
     environment = LocalEnvironment(config)
     if dry_run:
         # A dry run starts nothing: the local environment must be up already, as for `run --dry-run`.
-        _print_plans(_plan_suite(specs, environment, local_allow))
+        _print_plans(_plan_suite(specs, environment, local_allow, controls))
         sys.exit(0)
     started_here = not (environment.is_recorded() and environment.load_state().ready)
     worst = 0
     try:
         with Progress() as progress:
             LocalEnvironment(config, progress=progress).up()
-        planned = _plan_suite(specs, environment, local_allow)
+        planned = _plan_suite(specs, environment, local_allow, controls)
         worst = _run_suite(planned, environment, out_dir, interval, local_allow, load)
     finally:
         if started_here and not keep_up:
@@ -519,7 +574,7 @@ def _print_plans(planned: list[_PlannedRun]) -> None:
     """The --dry-run text of every experiment of the suite, in the order they would run."""
     for run in planned:
         console.rule(f"{run.spec.name}: {run.spec.title}")
-        click.echo(describe_plan(run.spec, run.plan))
+        click.echo(describe_plan(run.spec, run.plan, run.control, run.sabotage))
     click.echo(f"dry run: {len(planned)} experiment(s) planned, nothing touched")
 
 

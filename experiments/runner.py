@@ -14,18 +14,19 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
+from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import build_journal
 from inferchaos.experiments.probes import ProbeFactory, build_probes
 from inferchaos.experiments.redact import redact, secret_values
 from inferchaos.experiments.spec import ExperimentSpec
-from inferchaos.experiments.verdict import FaultOutcome, Status, Timing, Verdict
+from inferchaos.experiments.verdict import NO_EFFECT, FaultOutcome, Status, Timing, Verdict
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
@@ -50,7 +51,6 @@ logger = logging.getLogger(__name__)
 ProgressFn = Callable[[str], None]
 # Seconds after a breach in which triage still looks for its cause (see steady_state.triage).
 TRIAGE_LOOKAHEAD_S = 10.0
-NO_EFFECT = "fault had no observable effect"
 
 
 class StopConditionBreached(InferchaosError):
@@ -69,6 +69,8 @@ class RunOptions:
     canary_rate_per_s: float = 2.0
     run_dir: Path | None = None
     allow: AllowList | None = None
+    # A negative control: the scenario runs against a platform this breaks (experiments.controls).
+    control: ControlSpec | None = None
 
 
 @dataclass
@@ -84,6 +86,9 @@ class _RunState:
     sampler_error: BaseException | None = None
     # The phase an exception broke, kept before the revert renames the phase to "reverting".
     failed_phase: str | None = None
+    # A control's sabotage faults, and what reverting them and a held fault after the run did.
+    sabotage: list[FaultHandle] = field(default_factory=list)
+    released: list[dict[str, Any]] = field(default_factory=list)
 
 
 def check_environment(env: Environment) -> None:
@@ -109,8 +114,24 @@ def plan_run(spec: ExperimentSpec, env: Environment) -> tuple[Fault, FaultPlan]:
         raise ConfigError(f"{spec.path}: method[{spec.fault.index}].provider.arguments: {e}") from e
 
 
-def describe_plan(spec: ExperimentSpec, plan: FaultPlan) -> str:
-    """The --dry-run text: what would run and what would be touched."""
+def plan_sabotage(control: ControlSpec, env: Environment) -> list[FaultPlan]:
+    """Plan every sabotage fault of a control against the live environment; touches nothing."""
+    plans = []
+    for step in control.sabotage:
+        try:
+            plans.append(get_fault(step.fault).plan(env, dict(step.params)))
+        except ConfigError as e:
+            raise ConfigError(f"{control.path}: control.sabotage[{step.index}].arguments: {e}") from e
+    return plans
+
+
+def describe_plan(
+    spec: ExperimentSpec,
+    plan: FaultPlan,
+    control: ControlSpec | None = None,
+    sabotage: Sequence[FaultPlan] = (),
+) -> str:
+    """The --dry-run text: what would run and what would be touched (a control's sabotage too)."""
     lines = [
         f"experiment: {spec.name} — {spec.title}",
         f"environment: {spec.env}",
@@ -133,6 +154,11 @@ def describe_plan(spec: ExperimentSpec, plan: FaultPlan) -> str:
         f"stop condition: {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g}"
         for s in spec.stop_conditions
     ]
+    if control is not None:
+        lines.append(f"negative control: {control.describe()}")
+        for step, each in zip(control.sabotage, sabotage, strict=True):
+            lines.append(f"  sabotage at {step.at.value}: {each.fault}: {each.description}")
+            lines += [f"    - {target}" for target in each.targets]
     return "\n".join(lines)
 
 
@@ -238,8 +264,11 @@ class Runner:
             logger.exception("the %s phase of %s raised", phase, self.spec.name)
             self._state.errors.append(f"{phase} failed: {type(e).__name__}: {e}")
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+            try:
+                await self._release_control()
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
 
     def _interrupt(self, task: asyncio.Task[Any] | None) -> None:
         if self._state.interrupted:
@@ -303,7 +332,7 @@ class Runner:
         timeline.mark(Mark.INJECTED, time.time())
         try:
             try:
-                self._state.handle = await self._inject()
+                self._state.handle = await self._inject(self.fault, spec.fault.params)
             finally:
                 # The ledger holds the handle even if inject failed midway: find it for the revert.
                 if self._state.handle is None:
@@ -313,6 +342,9 @@ class Runner:
             if handle is None or self._state.errors:
                 return
             self._progress(f"injected {spec.fault.fault}")
+            await self._inject_sabotage(SabotageAt.INJECT)
+            if self._state.errors:
+                return
             remaining = spec.fault.duration_s - (time.time() - (handle.injected_at or time.time()))
             await self._wait_phase("during", max(0.0, remaining))
             await self._read_evidence_during(handle)
@@ -332,11 +364,15 @@ class Runner:
                 self.fault.evidence, self.env, self._state.handle
             )
 
-    async def _inject(self) -> FaultHandle | None:
-        """Inject in a thread; a Ctrl-C waits for the act to finish so the revert undoes all of it."""
-        act = asyncio.ensure_future(
-            asyncio.to_thread(self.fault.inject, self.env, dict(self.spec.fault.params), self.ledger)
-        )
+    async def _inject(
+        self, fault: Fault, params: dict[str, Any], on_done: Callable[[FaultHandle], None] | None = None
+    ) -> FaultHandle | None:
+        """Inject in a thread; a Ctrl-C waits for the act to finish so the revert undoes all of it.
+
+        ``on_done`` receives the handle of an act that finished after a Ctrl-C (the scenario's
+        fault by default), so that whoever reverts it knows it.
+        """
+        act = asyncio.ensure_future(asyncio.to_thread(fault.inject, self.env, dict(params), self.ledger))
         try:
             return await asyncio.shield(act)
         except asyncio.CancelledError:
@@ -345,14 +381,40 @@ class Runner:
             # rest of its act in place. Wait for it, then let the cancellation go on.
             await asyncio.wait([act])
             if not act.cancelled() and act.exception() is None:
-                self._state.handle = act.result()
+                (on_done or self._keep_handle)(act.result())
             raise
         except InferchaosError as e:
-            self._state.errors.append(f"inject failed: {e}")
+            self._state.errors.append(f"{self._act_name(fault, 'inject')} failed: {e}")
         except Exception as e:  # recorded with its traceback; the run ends as an error
-            logger.exception("inject of %s failed", self.spec.fault.fault)
-            self._state.errors.append(f"inject failed: {type(e).__name__}: {e}")
+            logger.exception("inject of %s failed", fault.name)
+            self._state.errors.append(f"{self._act_name(fault, 'inject')} failed: {type(e).__name__}: {e}")
         return None
+
+    def _act_name(self, fault: Fault, act: str) -> str:
+        # The scenario's own fault is "the" inject/revert; a control's sabotage names itself.
+        return act if fault is self.fault else f"sabotage {fault.name}: {act}"
+
+    def _keep_handle(self, handle: FaultHandle) -> None:
+        self._state.handle = handle
+
+    async def _inject_sabotage(self, at: SabotageAt) -> None:
+        """A control's sabotage faults due ``at`` this point; each is reverted after the run is judged."""
+        control = self.options.control
+        if control is None:
+            return
+        for step in control.sabotage:
+            if step.at is not at:
+                continue
+            known = {h.id for h in self._state.sabotage}
+            handle = await self._inject(get_fault(step.fault), step.params, self._state.sabotage.append)
+            if handle is None:
+                # A failed act may still have recorded itself: release it with the others.
+                self._state.sabotage += [
+                    h for h in self.ledger.entries() if h.fault == step.fault and h.id not in known
+                ]
+                return
+            self._state.sabotage.append(handle)
+            self._progress(f"control: sabotage {step.fault} injected ({control.breaks})")
 
     async def _read_evidence_during(self, handle: FaultHandle) -> None:
         self._state.evidence_during = await asyncio.to_thread(self.fault.evidence, self.env, handle)
@@ -364,7 +426,21 @@ class Runner:
             return
         self._phase = "reverting"
         timeline.mark(Mark.REVERTED, time.time())
-        act = asyncio.ensure_future(asyncio.to_thread(self.fault.revert, self.env, handle, self.ledger))
+        control = self.options.control
+        if control is not None and control.hold_fault:
+            # The recovery window starts where the revert would have been; the platform under
+            # test never heals the fault within it. _release_control reverts it afterwards.
+            self._progress(f"control: {handle.fault} is held until the run is judged ({control.breaks})")
+            cancelled = False
+        else:
+            self._state.rollback_output, cancelled = await self._revert_handle(self.fault, handle)
+        await self._inject_sabotage(SabotageAt.REVERT)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _revert_handle(self, fault: Fault, handle: FaultHandle) -> tuple[dict[str, Any], bool]:
+        """Revert one injection to its end, signals or not; its rollback output and whether a signal came."""
+        act = asyncio.ensure_future(asyncio.to_thread(fault.revert, self.env, handle, self.ledger))
         cancelled = False
         # Waited for to its end, signals or not: a signal during the revert must neither leave the
         # fault in place nor end the run (canary stopped, verdict written) while it still acts.
@@ -375,19 +451,33 @@ class Runner:
                 cancelled = self._state.interrupted = True
         error = act.exception()
         if error is None:
-            self._state.rollback_output = {"ok": True, "handle": handle.id}
             self._progress(f"reverted {handle.fault}")
-        else:
-            cause = str(error) if isinstance(error, InferchaosError) else f"{type(error).__name__}: {error}"
-            if not isinstance(error, InferchaosError):
-                logger.error("revert of %s raised", handle.fault, exc_info=error)
-            self._state.rollback_output = {"ok": False, "error": cause}
-            self._state.errors.append(
-                f"revert failed: {cause}; the ledger keeps {handle.id}: run `inferchaos cleanup`"
-            )
-            self._progress(f"revert of {handle.fault} failed: {cause}")
-        if cancelled:
-            raise asyncio.CancelledError
+            return {"ok": True, "handle": handle.id}, cancelled
+        cause = str(error) if isinstance(error, InferchaosError) else f"{type(error).__name__}: {error}"
+        if not isinstance(error, InferchaosError):
+            logger.error("revert of %s raised", handle.fault, exc_info=error)
+        self._state.errors.append(
+            f"{self._act_name(fault, 'revert')} failed: {cause}; the ledger keeps {handle.id}: run `inferchaos cleanup`"
+        )
+        self._progress(f"revert of {handle.fault} failed: {cause}")
+        return {"ok": False, "error": cause}, cancelled
+
+    async def _release_control(self) -> None:
+        """After the run: revert a control's held fault and its sabotage, newest first."""
+        control = self.options.control
+        if control is None:
+            return
+        pending = [(get_fault(h.fault), h) for h in reversed(self._state.sabotage)]
+        if control.hold_fault and self._state.handle is not None:
+            pending.append((self.fault, self._state.handle))
+        if pending:
+            self._phase = "releasing"
+            self._progress(f"control judged: reverting {', '.join(h.fault for _, h in pending)}")
+        for fault, handle in pending:
+            output, _ = await self._revert_handle(fault, handle)
+            self._state.released.append({"fault": handle.fault, **output})
+            if handle is self._state.handle:
+                self._state.rollback_output = output
 
     async def _recovery(self, timeline: Timeline) -> None:
         rec = self.spec.slos.recovery
@@ -543,6 +633,21 @@ class Runner:
             if injected
             else None
         )
+        stop_condition = state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None
+        triage_dict = (
+            triage_result.to_dict()
+            if triage_result
+            else {"layer": "unknown", "reason": "no fault was injected", "evidence": {}}
+        )
+        control = self.options.control
+        outcome = (
+            control_outcome(
+                control, status, reason, str(triage_dict.get("layer")), stop_condition is not None,
+                state.released,
+            ).to_dict()
+            if control is not None
+            else None
+        )  # fmt: skip
         return Verdict(
             experiment=spec.name,
             title=spec.title,
@@ -556,10 +661,9 @@ class Runner:
             slos=slos,
             layers=layers,
             timing=timing,
-            triage=triage_result.to_dict()
-            if triage_result
-            else {"layer": "unknown", "reason": "no fault was injected", "evidence": {}},
-            stop_condition=state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None,
+            triage=triage_dict,
+            stop_condition=stop_condition,
+            control=outcome,
         )
 
     def _status(
@@ -670,9 +774,11 @@ def run_experiment(
     Returns None for a dry run: nothing was touched.
     """
     _, plan = plan_run(spec, env)
+    plans = [plan, *(plan_sabotage(options.control, env) if options.control else [])]
     if options.allow is not None:
-        ensure_plan_is_allowed(plan.targets, options.allow, env.load_state().ray_address)
+        for each in plans:
+            ensure_plan_is_allowed(each.targets, options.allow, env.load_state().ray_address)
     if options.dry_run:
-        print(describe_plan(spec, plan))
+        print(describe_plan(spec, plan, options.control, plans[1:]))
         return None
     return Runner(spec, env, options, progress, probe_factory).run()

@@ -154,7 +154,7 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
     arguments = provider.get("arguments", {}) or {}
     if not isinstance(arguments, dict):
         raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")
-    _check_arguments(path, f"{key}.provider.arguments", fault_name, str(func), arguments)
+    check_fault_arguments(path, f"{key}.provider.arguments", fault_name, str(func), arguments)
     pauses = activity.get("pauses") or {}
     if not isinstance(pauses, dict):
         raise _fail(path, f"{key}.pauses", f"must be a mapping with after, got {type(pauses).__name__}")
@@ -166,7 +166,9 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
     )
 
 
-def _check_arguments(path: Path, key: str, fault_name: str, func: str, arguments: dict[str, Any]) -> None:
+def check_fault_arguments(
+    path: Path, key: str, fault_name: str, func: str, arguments: dict[str, Any]
+) -> None:
     """Each argument against the fault's parameter dataclass (so the error names it), then all together."""
     fault = registry.get_fault(fault_name)
     if not isinstance(fault, TypedFault):

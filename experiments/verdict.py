@@ -15,13 +15,15 @@ from typing import Any
 
 from inferchaos.status import Status
 
-__all__ = ["EXIT_CODES", "EXIT_INTERRUPTED", "SCHEMA_VERSION", "Status", "Timing", "Verdict"]
+__all__ = ["EXIT_CODES", "EXIT_INTERRUPTED", "NO_EFFECT", "SCHEMA_VERSION", "Status", "Timing", "Verdict"]
 
 SCHEMA_VERSION = 1
 
 
 EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.ABORTED: 1, Status.ERROR: 2}
 EXIT_INTERRUPTED = 130
+# The reason of a run whose fault did not bite starts with this: such a run proves nothing.
+NO_EFFECT = "fault had no observable effect"
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Verdict:
     triage: dict[str, Any] = field(default_factory=dict)
     stop_condition: dict[str, Any] | None = None
     load: dict[str, Any] | None = None
+    # A negative control's outcome (experiments.controls.ControlOutcome.to_dict()); None for a scenario.
+    control: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     @property

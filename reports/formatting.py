@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from inferchaos.reports.load import RunRecord, SloRecord
+from inferchaos.reports.load import ControlRecord, RunRecord, SloRecord
 from inferchaos.steady_state.slo import Op, Phase
 
 # The comparison that makes an SLO fail, for messages such as "observed 2.31 > threshold <= 1.5".
@@ -184,3 +184,12 @@ def layer_states(run: RunRecord) -> dict[str, LayerState]:
         else:
             verdicts[layer] = LayerState.OK
     return verdicts
+
+
+def control_line(control: ControlRecord) -> str:
+    """The one line a negative control's verdict is read by: did the scenario catch the break?"""
+    if control.proven:
+        return "control: failed as expected"
+    if control.result == "passed":
+        return "control PASSED: the scenario cannot catch this"
+    return f"control not proven: {control.message}"

@@ -24,6 +24,8 @@ def _banner(run: RunRecord) -> Raw:
             tag("p", join([tag("span", v.status.value, cls="status"), f"  {v.experiment} on {v.env}"])),
             tag("h1", v.title),
             tag("p", v.reason, cls="reason"),
+            tag("p", f"{fmt.control_line(v.control)} (broken on purpose: {v.control.breaks})", cls="control")
+            if v.control else "",
             tag("p", f"duration {v.duration_s:.1f} s, started {fmt.epoch(v.started_at)}"),
         ]),
         id="verdict",

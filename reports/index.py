@@ -121,7 +121,8 @@ def _link(run: IndexedRun) -> Raw:
 def _latest(latest: dict[str, IndexedRun]) -> Raw:
     rows = [
         (name, state(run.verdict.status.value), run.verdict.title, run.verdict.env, fmt.epoch(run.verdict.started_at, ms=False),
-         fmt.seconds(run.verdict.timing.time_to_recover_s), run.verdict.reason, _link(run))
+         fmt.seconds(run.verdict.timing.time_to_recover_s),
+         fmt.control_line(run.verdict.control) if run.verdict.control else run.verdict.reason, _link(run))
         for name, run in latest.items()
     ]  # fmt: skip
     return table(["scenario", "status", "title", "env", "started", "TTR", "reason", "run"], rows,

@@ -105,8 +105,23 @@ def recovery_case(run: RunRecord) -> Case:
     return Case(classname, name, Outcome.FAILURE, f"{name}: {observed}", "NotRecovered", run.verdict.reason)
 
 
+def control_case(run: RunRecord) -> Case:
+    """A negative control passes in CI when its scenario FAILED against the broken platform."""
+    control = run.verdict.control
+    assert control is not None
+    name = f"fails when {control.breaks}"
+    detail = f"scenario {run.verdict.status.value}: {run.verdict.reason}"
+    if control.proven:
+        return Case("inferchaos.control", name, detail=detail)
+    return Case("inferchaos.control", name, Outcome.FAILURE, fmt.control_line(control), "ControlNotProven",
+                detail)  # fmt: skip
+
+
 def run_cases(run: RunRecord) -> list[Case]:
-    """Every testcase of ``run``, SLOs first."""
+    """Every testcase of ``run``, SLOs first; a negative control is the one case of whether it failed."""
+    if run.verdict.control is not None:
+        # Its SLOs are meant to break: as testcases they would read as failures of the day.
+        return [control_case(run)]
     return [*slo_cases(run), effect_case(run), recovery_case(run)]
 
 

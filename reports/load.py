@@ -86,6 +86,22 @@ class TriageRecord:
 
 
 @dataclass(frozen=True)
+class ControlRecord:
+    """verdict.json ``control``: a negative control's outcome (experiments/controls.py)."""
+
+    of: str
+    breaks: str
+    expected_layer: str
+    result: str
+    message: str
+
+    @property
+    def proven(self) -> bool:
+        """The scenario failed against the broken platform, with the expected layer."""
+        return self.result == "failed_as_expected"
+
+
+@dataclass(frozen=True)
 class VerdictRecord:
     """verdict.json as written by ``Verdict.to_dict()``."""
 
@@ -106,6 +122,7 @@ class VerdictRecord:
     stop_condition: Mapping[str, Any] | None
     load: Mapping[str, Any] | None
     schema: int
+    control: ControlRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -399,6 +416,21 @@ def load_verdict(path: Path) -> VerdictRecord:
         stop_condition=f.opt_obj(data, "stop_condition"),
         load=f.opt_obj(data, "load"),
         schema=int(schema),
+        # Older verdicts have no ``control`` key: they are scenario runs.
+        control=_control(f, f.opt_obj(data, "control") if "control" in data else None),
+    )
+
+
+def _control(f: _Fields, data: Mapping[str, Any] | None) -> ControlRecord | None:
+    if data is None:
+        return None
+    w = "control."
+    return ControlRecord(
+        of=f.text(data, "of", w),
+        breaks=f.text(data, "breaks", w),
+        expected_layer=f.text(data, "expected_layer", w),
+        result=f.text(data, "result", w),
+        message=f.text(data, "message", w),
     )
 
 

@@ -52,6 +52,11 @@ def render_summary(run: RunRecord, files: Sequence[str]) -> str:
         "",
         f"**{v.status.value.upper()}**: {_line(v.reason)}",
         "",
+        *(
+            [f"**{fmt.control_line(v.control)}** (broken on purpose: {_line(v.control.breaks)})", ""]
+            if v.control
+            else []
+        ),
         *_slo_table(run),
         "",
         f"- Time to detect: {fmt.detection_summary(run)}",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from inferchaos.experiments.controls import ControlSpec
 from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.spec import ExperimentSpec, FaultStep
 from inferchaos.experiments.verdict import Verdict
@@ -50,6 +51,8 @@ class World:
     after: dict[str, float] = field(default_factory=dict)
     active: bool = False
     reverted: bool = False
+    # Values a control's sabotage forces while it is in place; they win over every phase.
+    sabotaged: dict[str, float] = field(default_factory=dict)
     # Every call the fakes see, in order, e.g. ("inject", t), ("revert", t), ("canary.start", t).
     calls: list[tuple[str, float]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -70,6 +73,8 @@ class World:
             return next(t for name, t in self.calls if name == what)
 
     def value(self, probe: str) -> float:
+        if probe in self.sabotaged:
+            return self.sabotaged[probe]
         if self.reverted:
             return self.after.get(probe, self.baseline[probe])
         if self.active:
@@ -248,6 +253,47 @@ class FakeFault(Fault):
         )
 
 
+FAKE_SABOTAGE = "test.fake_sabotage"
+
+
+@register
+class FakeSabotage(Fault):
+    """A test-only sabotage fault: while injected it forces ``SABOTAGE_VALUES`` on the world.
+
+    It reaches the world through ``SABOTAGED_WORLD``, set by :func:`run_fake_experiment`, because the
+    runner gets a fresh instance from the registry for every inject and revert.
+    """
+
+    name: ClassVar[str] = FAKE_SABOTAGE
+    layer: ClassVar[Layer] = Layer.VLLM
+
+    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+        return FaultPlan(self.name, self.layer, "a fake sabotage", ["nothing real"], dict(params))
+
+    def inject(self, env: Any, params: dict[str, Any], ledger: Any) -> FaultHandle:
+        world = SABOTAGED_WORLD[0]
+        handle = FaultHandle(fault=self.name, layer=self.layer, params=dict(params), env=env.name)
+        ledger.record(handle)
+        world.record("sabotage.inject")
+        world.sabotaged.update({str(k): float(v) for k, v in params.get("values", {}).items()})
+        handle.injected_at = time.time()
+        ledger.record(handle)
+        return handle
+
+    def revert(self, env: Any, handle: FaultHandle, ledger: Any) -> None:
+        world = SABOTAGED_WORLD[0]
+        world.record("sabotage.revert")
+        world.sabotaged.clear()
+        ledger.remove(handle.id)
+
+    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+        return Evidence(bit=True, reason="sabotaged")
+
+
+# The world the fake sabotage acts on (one run at a time in a test process).
+SABOTAGED_WORLD: list[World] = [World()]
+
+
 # -- experiments -------------------------------------------------------------------------------
 DEFAULT_SLOS: list[dict[str, Any]] = [
     {"name": "kv_headroom_before", "probe": "vllm.kv_cache_usage", "agg": "max", "op": "<=", "threshold": 0.5,
@@ -415,6 +461,7 @@ def run_fake_experiment(
     env: FakeEnv | None = None,
     keep_error: bool = False,
     progress_raises: tuple[str, BaseException] | None = None,
+    control: ControlSpec | None = None,
 ) -> RunResult:
     """Run ``spec`` through the real Runner with fake probes, canary, environment and fault.
 
@@ -438,7 +485,9 @@ def run_fake_experiment(
 
     raised: list[str] = []
 
-    runner = Runner(spec, env, RunOptions(interval_s=INTERVAL_S, run_dir=run_dir), report, factory)
+    SABOTAGED_WORLD[0] = world
+    options = RunOptions(interval_s=INTERVAL_S, run_dir=run_dir, control=control)
+    runner = Runner(spec, env, options, report, factory)
     assert isinstance(runner.fault, FakeFault), (
         f"registry gave {type(runner.fault).__name__} for {FAKE_FAULT}"
     )

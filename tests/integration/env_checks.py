@@ -25,3 +25,46 @@ def free_gpus(env: LocalEnvironment) -> float:
 
     env.connect_ray()
     return float(ray.available_resources().get("GPU", 0.0))
+
+
+def wait_until_whole(env: LocalEnvironment, timeout_s: float = 240.0) -> None:
+    """Every replica healthy and every logical GPU not held by a replica free again.
+
+    A control reverts its break only after its run is judged (a replacement node, a replica
+    that Serve restarts): the next run must start on the whole environment, as a game day's does.
+    """
+    import time
+
+    expected = {f"replica-{i}" for i in range(env.config.replicas)}
+    spare = env.config.workers * env.config.gpus_per_worker - env.config.replicas
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if healthy_replica_names(env) >= expected and free_gpus(env) >= spare:
+            return
+        time.sleep(1.0)
+    raise AssertionError(
+        f"the environment did not become whole within {timeout_s:g} s: healthy "
+        f"{sorted(healthy_replica_names(env))}, free GPUs {free_gpus(env):g} (want {spare})"
+    )
+
+
+def stopped_processes(env: LocalEnvironment) -> list[int]:
+    """Pids of replica processes in state T (stopped): a hang that was never resumed."""
+    import psutil
+
+    stopped = []
+    for record in env.replica_records():
+        try:
+            group = [
+                psutil.Process(record.vllm_pid),
+                *psutil.Process(record.vllm_pid).children(recursive=True),
+            ]
+        except psutil.NoSuchProcess:
+            continue
+        for process in group:
+            try:
+                if process.status() == psutil.STATUS_STOPPED:
+                    stopped.append(process.pid)
+            except psutil.NoSuchProcess:
+                continue
+    return stopped

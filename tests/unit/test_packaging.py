@@ -80,6 +80,7 @@ def test_every_layer_is_inside_the_namespace(wheel: zipfile.ZipFile) -> None:
         "inferchaos/reports/html.py",
         "inferchaos/primitives/processes.py",
         "inferchaos/experiments/kv_flood.yaml",
+        "inferchaos/experiments/controls/kv_flood.yaml",
     ):
         assert module in names, module
 

@@ -219,3 +219,58 @@ def test_gameday_runs_the_suite_writes_the_index_and_exits_with_the_worst(
     assert "game-day index" in capsys.readouterr().out
     assert Ledger().entries() == []
     assert k8s_state(quiet_cluster) == before
+
+
+def _short_recovery(data: dict[str, Any]) -> None:
+    """The fake control plane heals in seconds; a held fault must not make the test wait kind's minutes."""
+    data["recovery"]["within_s"] = 6
+
+
+def test_gameday_controls_pass_the_day_only_when_every_control_fails_for_its_reason(
+    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Each k8s scenario passes on the healthy fake cluster and fails, in the k8s layer, under its control."""
+    before = k8s_state(quiet_cluster)
+    suite = _cluster_copies(tmp_path / "suite", dict.fromkeys(K8S_SUITE, _short_recovery))
+    (suite / "controls").mkdir()
+    for name in K8S_SUITE:
+        # The shipped control, pointed at the cluster copy beside it.
+        shipped = yaml.safe_load((EXPERIMENTS / "controls" / f"{name}.yaml").read_text())
+        shipped["control"]["of"] = f"../{name}.yaml"
+        (suite / "controls" / f"{name}.yaml").write_text(yaml.safe_dump(shipped))
+    out = tmp_path / "reports"
+    argv = ["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out),
+            "--interval", "0.25", "--controls"]  # fmt: skip
+    assert _cli(argv, monkeypatch) == 0, capsys.readouterr()
+    verdicts = {
+        p.parent.name.split("-", 2)[2]: json.loads(p.read_text())
+        for p in out.glob("gameday-*/*/verdict.json")
+    }
+    for name in K8S_SUITE:
+        assert verdicts[name]["status"] == "passed", verdicts[name]["reason"]
+        control = verdicts[f"{name}.control"]
+        assert control["status"] == "failed", control["reason"]
+        assert control["triage"]["layer"] == "k8s"
+        assert control["control"]["result"] == "failed_as_expected", control["control"]
+    printed = capsys.readouterr().out
+    assert printed.count("control: failed as expected") >= len(K8S_SUITE)
+    assert Ledger().entries() == []
+    assert k8s_state(quiet_cluster) == before
+    junit = next(out.glob(f"gameday-*/*-{K8S_SUITE[0]}.control/junit.xml")).read_text()
+    assert 'failures="0"' in junit and "fails when" in junit
+
+
+def test_gameday_controls_refuse_a_scenario_without_a_control_before_anything_runs(
+    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    suite = _cluster_copies(tmp_path / "suite")
+    out = tmp_path / "reports"
+    argv = ["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out),
+            "--controls"]  # fmt: skip
+    assert _cli(argv, monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "ships no negative control" in err and len(err.strip().splitlines()) == 1, err
+    assert quiet_cluster.mutating_requests() == []
+    assert not out.exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import inferchaos.experiments.cli as cli
+from inferchaos.experiments.spec import load_and_validate
 from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Status, Verdict
 from tests.fakes.runner import FakeEnv, RunResult
 
@@ -58,7 +59,7 @@ def test_cli_maps_an_interrupted_run_to_130(
         lambda spec, env, options, progress=None, probe_factory=None: interrupted_run.verdict,
     )
     assert EXIT_INTERRUPTED == 130
-    code = cli._run_one(KV_FLOOD, FakeEnv(), tmp_path / "runs", 1.0, False)  # type: ignore[arg-type]
+    code, _ = cli._run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False)  # type: ignore[arg-type]
     assert code == 130
 
 
@@ -74,7 +75,7 @@ def test_cli_maps_verdicts_to_their_exit_code(
     monkeypatch.setattr(
         cli, "run_experiment", lambda spec, env, options, progress=None, probe_factory=None: result.verdict
     )
-    assert cli._run_one(KV_FLOOD, FakeEnv(), tmp_path / "runs", 1.0, False) == code  # type: ignore[arg-type]
+    assert cli._run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False)[0] == code  # type: ignore[arg-type]
 
 
 def _inferchaos(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -134,7 +134,7 @@ def _cli_exit_code(result: RunResult, spec: ExperimentSpec, tmp_path: Path, mp: 
     """What `inferchaos run` exits with for this verdict: the CLI's own mapping, fed the run's verdict."""
     mp.setattr(cli, "load_and_validate", lambda path: spec)
     mp.setattr(cli, "run_experiment", lambda *args, **kwargs: result.verdict)
-    return cli._run_one(spec.path, FakeEnv(), tmp_path / "cli-out", 0.25, False)  # type: ignore[arg-type]
+    return cli._run_one(spec, FakeEnv(), tmp_path / "cli-out", 0.25, False)[0]  # type: ignore[arg-type]
 
 
 def _landed_in(result: RunResult, at: InterruptAt) -> Callable[[float], bool]:

@@ -1,0 +1,157 @@
+"""Negative controls through the real Runner: a held fault or a sabotage breaks the (fake) platform.
+
+What a user relies on: a control's scenario is judged exactly as written, the break lasts
+through the whole judged window, everything the control did is reverted once (after the run,
+or at once on Ctrl-C) and the ledger ends empty, and the verdict says plainly whether the
+scenario caught the break.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from inferchaos.experiments.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
+from inferchaos.experiments.spec import ExperimentSpec
+from inferchaos.experiments.verdict import Status
+from inferchaos.faults.ledger import Ledger
+from inferchaos.layers import Layer
+from tests.fakes.runner import FAKE_SABOTAGE, RunResult, World, make_spec, run_fake_experiment
+
+# The fault hurts the platform while it is in place: a queue in vLLM, slow first tokens.
+HURT = {"canary.ttft_s": 2.0, "vllm.num_requests_waiting": 4.0}
+
+
+def _control(spec: ExperimentSpec, *, hold: bool = False, sabotage: tuple[SabotageStep, ...] = (),
+             layer: Layer = Layer.VLLM) -> ControlSpec:  # fmt: skip
+    return ControlSpec(spec.path, spec, "the fake platform never heals", layer, hold, sabotage)
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, control: ControlSpec, world: World,
+         **kwargs: object) -> RunResult:  # fmt: skip
+    monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
+    return run_fake_experiment(control.run_spec(), tmp_path / "run", world=world, control=control, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_held_fault_is_judged_in_place_and_reverted_once_after_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(tmp_path / "scenario.yaml")
+    world = World(during=dict(HURT))
+    result = _run(tmp_path, monkeypatch, _control(spec, hold=True), world)
+    verdict = result.verdict
+    assert verdict.status is Status.FAILED
+    assert verdict.experiment == "scenario.control"
+    assert "ttft_after" in verdict.reason  # the recovery window saw the fault still in place
+    names = world.names()
+    assert names.count("revert") == 1
+    # Reverted only once the judged window had ended (the canary stops at the end of the run).
+    assert names.index("revert") > names.index("canary.stop")
+    assert Ledger().entries() == []
+    assert verdict.control is not None
+    assert verdict.control["result"] == ControlResult.FAILED_AS_EXPECTED
+    assert verdict.control["message"].startswith("control: failed as expected")
+    assert verdict.control["released"] == [
+        {"fault": "test.fake_fault", "ok": True, "handle": verdict.control["released"][0]["handle"]}
+    ]
+    assert verdict.triage["layer"] == "vllm"
+
+
+def test_a_control_whose_scenario_passes_says_the_scenario_cannot_catch_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held fault changes nothing the SLOs read: the scenario passes, and the control says so."""
+    spec = make_spec(tmp_path / "scenario.yaml")
+    world = World(during={"vllm.num_requests_waiting": 1.0})  # bites, but within every SLO
+    result = _run(tmp_path, monkeypatch, _control(spec, hold=True), world)
+    assert result.verdict.status is Status.PASSED
+    control = result.verdict.control
+    assert control is not None and control["result"] == ControlResult.PASSED
+    assert control["message"] == "control PASSED: the scenario cannot catch this"
+    assert Ledger().entries() == []
+
+
+def test_sabotage_at_revert_lasts_through_recovery_and_is_reverted_after_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(tmp_path / "scenario.yaml")
+    step = SabotageStep(0, FAKE_SABOTAGE, SabotageAt.REVERT, {"values": {"canary.ttft_s": 3.0}})
+    world = World(during=dict(HURT))
+    result = _run(tmp_path, monkeypatch, _control(spec, sabotage=(step,)), world)
+    names = world.names()
+    # The scenario's own fault is reverted as written; the sabotage follows it and outlives the run.
+    assert names.index("revert.done") < names.index("sabotage.inject") < names.index("canary.stop")
+    assert names.index("sabotage.revert") > names.index("canary.stop")
+    assert names.count("sabotage.revert") == 1 and names.count("revert") == 1
+    slos = {s["name"]: s for s in result.verdict.slos}
+    assert not slos["ttft_after"]["ok"] and slos["ttft_after"]["observed"] == 3.0
+    assert result.verdict.status is Status.FAILED
+    assert Ledger().entries() == []
+
+
+def test_a_control_that_fails_in_another_layer_is_not_proven(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(tmp_path / "scenario.yaml")
+    result = _run(tmp_path, monkeypatch, _control(spec, hold=True, layer=Layer.RAY), World(during=dict(HURT)))
+    control = result.verdict.control
+    assert result.verdict.status is Status.FAILED
+    assert control is not None and control["result"] == ControlResult.WRONG_LAYER
+    assert control["message"] == "control failed, but triage named vllm, not ray"
+
+
+def test_ctrl_c_during_a_held_recovery_reverts_everything_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(
+        tmp_path / "scenario.yaml", recovery={"within_s": 10, "hold_s": 0.5, "steady": ["ttft_after"]}
+    )
+    step = SabotageStep(0, FAKE_SABOTAGE, SabotageAt.INJECT, {"values": {"canary.ttft_s": 3.0}})
+    world = World(during=dict(HURT))
+    control = _control(spec, hold=True, sabotage=(step,))
+    # The held fault is never reverted during the run, so "recovery" is reached when the sabotage is in.
+    result = _run(tmp_path, monkeypatch, control, world, interrupt=signal.SIGINT, interrupt_at="during")
+    verdict = result.verdict
+    assert verdict.status is Status.ABORTED and "interrupted" in verdict.reason
+    assert world.names().count("revert") == 1 and world.names().count("sabotage.revert") == 1
+    assert Ledger().entries() == []
+    assert verdict.control is not None and verdict.control["result"] == ControlResult.NO_VERDICT
+
+
+def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path: Path) -> None:
+    from inferchaos.errors import ConfigError
+    from inferchaos.experiments.controls import load_control
+
+    scenario = Path(__file__).resolve().parents[3] / "experiments" / "kv_flood.yaml"
+    cases = {
+        "nothing.yaml": (f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}}}\n", "breaks nothing"),
+        "fault.yaml": (
+            f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, sabotage: [{{fault: vllm.nope}}]}}\n",
+            "control.sabotage[0].fault: unknown fault 'vllm.nope'",
+        ),
+        "layer.yaml": (f"control: {{of: {scenario}, breaks: x, hold_fault: true, expect: {{layer: canary}}}}\n",
+                       "expect.layer: must be one of vllm, device, ray, k8s"),
+        "at.yaml": (
+            f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, "
+            "sabotage: [{fault: ray.leak_actors, at: later}]}\n",
+            "sabotage",
+        ),
+        "args.yaml": (
+            f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, "
+            "sabotage: [{fault: ray.leak_actors, arguments: {rate_per_s: .nan}}]}\n",
+            "control.sabotage[0].arguments.rate_per_s: must be a finite number",
+        ),
+        "missing.yaml": ("control: {of: nowhere.yaml, breaks: x, hold_fault: true, expect: {layer: vllm}}\n",
+                         "no such experiment file"),
+        "extra.yaml": (f"control: {{of: {scenario}, breaks: x, hold_fault: true, expect: {{layer: vllm}}}}\nslos: []\n",
+                       "slos: unknown key"),
+    }  # fmt: skip
+    for name, (text, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_control(path)
+        assert message in str(caught.value), (name, str(caught.value))
+        assert "\n" not in str(caught.value)
