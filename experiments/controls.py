@@ -8,9 +8,10 @@ exists to catch:
 - ``hold_fault: true``: the scenario's own fault is not reverted within the window, as on a
   platform that never heals it (no replacement node, leaked actors never released). The
   revert runs once the run has been judged.
-- ``sabotage``: further faults, injected when the scenario's fault is (``at: inject``) or
-  when it is reverted (``at: revert``), and reverted once the run has been judged (a
-  replica that hangs, GPUs that stay held).
+- ``sabotage``: further faults, injected right after the scenario's fault and reverted once
+  the run has been judged (a replica that hangs, GPUs that stay held). They start with the
+  fault rather than at its revert: a break that began after the revert could lose the race
+  against a quick recovery and let the scenario pass a platform it should fail.
 
 Sabotage and held faults are ledger entries like any fault, so ``inferchaos cleanup``
 reverts them after a crash. A control is judged by :func:`control_outcome`: it must end
@@ -40,19 +41,11 @@ from inferchaos.status import Status
 CONTROLS_DIR = "controls"
 
 
-class SabotageAt(StrEnum):
-    """When a sabotage fault is injected: with the scenario's fault, or when it is reverted."""
-
-    INJECT = "inject"
-    REVERT = "revert"
-
-
 @dataclass
 class SabotageEntry:
     """One ``control.sabotage[]`` entry as written: a registered fault and its arguments."""
 
     fault: str
-    at: SabotageAt = SabotageAt.INJECT
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
@@ -84,7 +77,6 @@ class SabotageStep:
 
     index: int
     fault: str
-    at: SabotageAt
     params: dict[str, Any]
 
 
@@ -113,7 +105,7 @@ class ControlSpec:
         parts = []
         if self.hold_fault:
             parts.append(f"{self.scenario.fault.fault} held until the run is judged")
-        parts += [f"{s.fault} at {s.at.value}" for s in self.sabotage]
+        parts += [f"sabotage {s.fault}" for s in self.sabotage]
         return f"{self.breaks} ({'; '.join(parts)}); expect FAILED with triage layer {self.expect_layer}"
 
 
@@ -145,7 +137,7 @@ def load_control(path: Path) -> ControlSpec:
         except ConfigError as e:
             raise ConfigError(f"{path}: {key}.fault: {e}") from e
         check_fault_arguments(path, f"{key}.arguments", fault.name, fault.name, entry.arguments)
-        steps.append(SabotageStep(index, fault.name, entry.at, dict(entry.arguments)))
+        steps.append(SabotageStep(index, fault.name, dict(entry.arguments)))
     return ControlSpec(
         path=path,
         scenario=scenario,
