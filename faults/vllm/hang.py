@@ -437,7 +437,6 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             if "generation_tokens_total" in now and "generation_tokens_total" in before
             else None
         )
-        in_flight = now["running"] + now["waiting"] if "running" in now else None
         symptoms: dict[str, Any] = {
             "replica": replica,
             "what": what,
@@ -468,7 +467,7 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             "resumed_at": resumed_at,
             "reverted_at": handle.reverted_at,
         })  # fmt: skip
-        reason = self._reason(replica, what, pids, state, symptoms, stopped_at_inject, running, in_flight)
+        reason = self._reason(replica, what, pids, state, symptoms, stopped_at_inject, running)
         return Evidence(bit=bit, reason=reason, symptoms=symptoms, timestamps=timestamps)
 
     def _reason(
@@ -480,7 +479,6 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
         symptoms: dict[str, Any],
         stopped_at_inject: bool,
         running: list[int],
-        in_flight: float | None,
     ) -> str:
         """One line, the replica and pids first, then what a user of it sees."""
         if not stopped_at_inject:
@@ -495,15 +493,19 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             )
         parts = [f"{replica} hung: {WHAT[what]} pids {_pid_list(pids)} stopped (state T)"]
         status, error = symptoms["health_status"], symptoms["health_error"]
-        parts.append(f"/health still answered {status}" if status is not None else error)
+        parts.append(
+            error if status is None else f"/health {'still ' if status == 200 else ''}answered {status}"
+        )
         if symptoms["metrics_error_now"]:
             parts.append(symptoms["metrics_error_now"])
         elif symptoms["generation_tokens_delta"] is not None:
-            tokens = symptoms["generation_tokens_now"]
+            # vLLM's running and waiting gauges come from the engine's own reports: while it is
+            # stopped they show what it last said, not what waits in the API server now.
             parts.append(
                 f"generation_tokens_total rose by {symptoms['generation_tokens_delta']:g} since inject"
                 if symptoms["made_progress"]
-                else f"generation_tokens_total stayed at {tokens:g} with {in_flight or 0:g} request(s) in flight"
+                else f"generation_tokens_total stayed at {symptoms['generation_tokens_now']:g} (the engine last "
+                f"reported {symptoms['running_now']:g} running, {symptoms['waiting_now']:g} waiting)"
             )
         if symptoms["pids_gone"]:
             parts.append(f"pids {_pid_list(symptoms['pids_gone'])} have gone since")
