@@ -8,9 +8,11 @@ exists to catch:
 - ``hold_fault: true``: the scenario's own fault is not reverted within the window, as on a
   platform that never heals it (no replacement node, leaked actors never released). The
   revert runs once the run has been judged.
-- ``sabotage``: further faults, injected right after the scenario's fault and reverted once
-  the run has been judged (a replica that hangs, GPUs that stay held). They start with the
-  fault rather than at its revert: a break that began after the revert could lose the race
+- ``sabotage``: further faults, reverted once the run has been judged (a replica that
+  hangs, GPUs that stay held). ``at: inject`` starts one right after the scenario's fault;
+  ``at: revert`` right before the scenario's fault is reverted, once the fault's evidence
+  is read, for a break that would stop the fault itself from biting (GPUs held while a
+  stall must show GPUs free). Never after the revert: such a break could lose the race
   against a quick recovery and let the scenario pass a platform it should fail.
 
 Sabotage and held faults are ledger entries like any fault, so ``inferchaos cleanup``
@@ -41,11 +43,19 @@ from inferchaos.status import Status
 CONTROLS_DIR = "controls"
 
 
+class SabotageAt(StrEnum):
+    """When a sabotage fault starts: after the scenario's fault is injected, or just before its revert."""
+
+    INJECT = "inject"
+    REVERT = "revert"
+
+
 @dataclass
 class SabotageEntry:
     """One ``control.sabotage[]`` entry as written: a registered fault and its arguments."""
 
     fault: str
+    at: SabotageAt = SabotageAt.INJECT
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
@@ -77,6 +87,7 @@ class SabotageStep:
 
     index: int
     fault: str
+    at: SabotageAt
     params: dict[str, Any]
 
 
@@ -105,7 +116,7 @@ class ControlSpec:
         parts = []
         if self.hold_fault:
             parts.append(f"{self.scenario.fault.fault} held until the run is judged")
-        parts += [f"sabotage {s.fault}" for s in self.sabotage]
+        parts += [f"sabotage {s.fault} at {s.at.value}" for s in self.sabotage]
         return f"{self.breaks} ({'; '.join(parts)}); expect FAILED with triage layer {self.expect_layer}"
 
 
@@ -137,7 +148,7 @@ def load_control(path: Path) -> ControlSpec:
         except ConfigError as e:
             raise ConfigError(f"{path}: {key}.fault: {e}") from e
         check_fault_arguments(path, f"{key}.arguments", fault.name, fault.name, entry.arguments)
-        steps.append(SabotageStep(index, fault.name, dict(entry.arguments)))
+        steps.append(SabotageStep(index, fault.name, entry.at, dict(entry.arguments)))
     return ControlSpec(
         path=path,
         scenario=scenario,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
-from inferchaos.experiments.controls import ControlSpec, control_outcome
+from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import build_journal
 from inferchaos.experiments.probes import ProbeFactory, build_probes
@@ -157,7 +157,7 @@ def describe_plan(
     if control is not None:
         lines.append(f"negative control: {control.describe()}")
         for step, each in zip(control.sabotage, sabotage, strict=True):
-            lines.append(f"  sabotage [{step.index}]: {each.fault}: {each.description}")
+            lines.append(f"  sabotage at {step.at.value}: {each.fault}: {each.description}")
             lines += [f"    - {target}" for target in each.targets]
     return "\n".join(lines)
 
@@ -342,12 +342,15 @@ class Runner:
             if handle is None or self._state.errors:
                 return
             self._progress(f"injected {spec.fault.fault}")
-            await self._inject_sabotage()
+            await self._inject_sabotage(SabotageAt.INJECT)
             if self._state.errors:
                 return
             remaining = spec.fault.duration_s - (time.time() - (handle.injected_at or time.time()))
             await self._wait_phase("during", max(0.0, remaining))
             await self._read_evidence_during(handle)
+            # A control's break that would have kept the fault from biting starts now, before
+            # the revert, so that it is in place for the whole recovery window.
+            await self._inject_sabotage(SabotageAt.REVERT)
         except StopConditionBreached:
             self._progress(f"stop condition fired: {self._state.stop['reason'] if self._state.stop else ''}")
             if self._state.handle is not None:
@@ -397,12 +400,14 @@ class Runner:
     def _keep_handle(self, handle: FaultHandle) -> None:
         self._state.handle = handle
 
-    async def _inject_sabotage(self) -> None:
-        """A control's sabotage faults, right after the scenario's; each is reverted after the run is judged."""
+    async def _inject_sabotage(self, at: SabotageAt) -> None:
+        """A control's sabotage faults due ``at`` this point; each is reverted after the run is judged."""
         control = self.options.control
         if control is None:
             return
         for step in control.sabotage:
+            if step.at is not at:
+                continue
             known = {h.id for h in self._state.sabotage}
             handle = await self._inject(get_fault(step.fault), step.params, self._state.sabotage.append)
             if handle is None:

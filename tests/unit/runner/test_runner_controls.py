@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from inferchaos.experiments.controls import ControlResult, ControlSpec, SabotageStep
+from inferchaos.experiments.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
 from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
@@ -77,12 +77,12 @@ def test_sabotage_lasts_through_recovery_and_is_reverted_after_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = make_spec(tmp_path / "scenario.yaml")
-    step = SabotageStep(0, FAKE_SABOTAGE, {"values": {"canary.ttft_s": 3.0}})
+    step = SabotageStep(0, FAKE_SABOTAGE, SabotageAt.REVERT, {"values": {"canary.ttft_s": 3.0}})
     world = World(during=dict(HURT))
     result = _run(tmp_path, monkeypatch, _control(spec, sabotage=(step,)), world)
     names = world.names()
-    # The sabotage follows the scenario's fault in; the fault is reverted as written; the sabotage outlives the run.
-    assert names.index("inject.done") < names.index("sabotage.inject") < names.index("revert.done")
+    # In place before the scenario's own revert (no race with a quick recovery), and outlives the run.
+    assert names.index("evidence") < names.index("sabotage.inject") < names.index("revert")
     assert names.index("sabotage.revert") > names.index("canary.stop")
     assert names.count("sabotage.revert") == 1 and names.count("revert") == 1
     slos = {s["name"]: s for s in result.verdict.slos}
@@ -108,7 +108,7 @@ def test_ctrl_c_during_a_held_recovery_reverts_everything_once(
     spec = make_spec(
         tmp_path / "scenario.yaml", recovery={"within_s": 10, "hold_s": 0.5, "steady": ["ttft_after"]}
     )
-    step = SabotageStep(0, FAKE_SABOTAGE, {"values": {"canary.ttft_s": 3.0}})
+    step = SabotageStep(0, FAKE_SABOTAGE, SabotageAt.INJECT, {"values": {"canary.ttft_s": 3.0}})
     world = World(during=dict(HURT))
     control = _control(spec, hold=True, sabotage=(step,))
     # The held fault is never reverted during the run, so "recovery" is reached when the sabotage is in.
@@ -135,8 +135,8 @@ def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path:
                        "expect.layer: must be one of vllm, device, ray, k8s"),
         "at.yaml": (
             f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, "
-            "sabotage: [{fault: ray.leak_actors, at: inject}]}\n",
-            "unknown key(s) sabotage.at",
+            "sabotage: [{fault: ray.leak_actors, at: later}]}\n",
+            "sabotage.at",
         ),
         "args.yaml": (
             f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, "
