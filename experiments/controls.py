@@ -9,8 +9,10 @@ exists to catch:
   platform that never heals it (no replacement node, leaked actors never released). The
   revert runs once the run has been judged.
 - ``sabotage``: further faults, reverted once the run has been judged (a replica that
-  hangs, GPUs that stay held). ``at: inject`` starts one right after the scenario's fault;
-  ``at: revert`` right before the scenario's fault is reverted, once the fault's evidence
+  hangs, GPUs that stay held). ``at: before_inject`` starts one just before the scenario's
+  fault acts, for a break that must overlap the whole injection (a survivor that stalls
+  while its peer restarts); ``at: inject`` right after the scenario's fault bit (a flooded
+  replica that then hangs); ``at: revert`` right before the scenario's fault is reverted, once the fault's evidence
   is read, for a break that would stop the fault itself from biting (GPUs held while a
   stall must show GPUs free). Never after the revert: such a break could lose the race
   against a quick recovery and let the scenario pass a platform it should fail.
@@ -46,6 +48,7 @@ CONTROLS_DIR = "controls"
 class SabotageAt(StrEnum):
     """When a sabotage fault starts: after the scenario's fault is injected, or just before its revert."""
 
+    BEFORE_INJECT = "before_inject"
     INJECT = "inject"
     REVERT = "revert"
 

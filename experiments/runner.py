@@ -331,6 +331,9 @@ class Runner:
         # otherwise count a symptom as baseline. The fault's exact times stay in its evidence.
         timeline.mark(Mark.INJECTED, time.time())
         try:
+            await self._inject_sabotage(SabotageAt.BEFORE_INJECT)
+            if self._state.errors:
+                return
             try:
                 self._state.handle = await self._inject(self.fault, spec.fault.params)
             finally:
