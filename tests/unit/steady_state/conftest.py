@@ -141,11 +141,11 @@ class Synth:
             out.append(Row(t, probe, dict(labels or {}), float(value), error))
         return out
 
-    def error_rows(
-        self, probe_object: str, times: Iterable[float], error: str = "ProbeError: refused"
-    ) -> list[Row]:
-        """Failed-read rows of a Probe object (e.g. ``vllm@replica-0``) at the given offsets."""
-        return [Row(self.t0 + t, probe_object, {}, math.nan, error) for t in times]
+    def error_rows(self, probe_object: str, times: Iterable[float], error: str = "ProbeError: refused",
+                   labels: Mapping[str, str] | None = None) -> list[Row]:  # fmt: skip
+        """Failed-read rows of a Probe object (e.g. ``vllm@replica-0``) at the given offsets,
+        with the labels the sampler copies from that object (``{"replica": "replica-0"}``)."""
+        return [Row(self.t0 + t, probe_object, dict(labels or {}), math.nan, error) for t in times]
 
     def timeline(self, *row_lists: list[Row], **marks: float) -> Timeline:
         """A Timeline of the rows (in time order) with marks at the given offsets."""
