@@ -99,8 +99,10 @@ async def test_a_stream_that_stalls_after_its_headers_is_a_failure_of_the_replic
     # The front door named replica-0, then nothing came: the request timed out mid-stream.
     # Its failure is replica-0's, not an unattributed one.
     fake_server.stall = asyncio.Event()
+    # 1 s is ample for the headers of a local server even on a busy machine (a timeout before
+    # them would be an unattributed failure); the cap is never reached at 5 requests/s.
     config = CanaryConfig(
-        fake_server.url, "tiny-llama", rate_per_s=10.0, max_in_flight=16, request_timeout_s=0.3
+        fake_server.url, "tiny-llama", rate_per_s=5.0, max_in_flight=32, request_timeout_s=1.0
     )
     probe = CanaryProbe(config)
     await probe.start()
