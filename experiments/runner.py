@@ -36,6 +36,7 @@ from inferchaos.steady_state.canary import phase_between_ticks
 from inferchaos.steady_state.evaluation import (
     Evaluation,
     RecoveryResult,
+    counts_toward,
     evaluate,
     evaluate_slo,
     phase_windows,
@@ -550,11 +551,8 @@ class Runner:
         for slo in self.spec.stop_conditions:
             window = slo.window_s or self.options.interval_s * 3
             since = max(injected, time.time() - window)
-            rows = [
-                r
-                for r in timeline.rows
-                if r.probe == slo.probe and r.t >= since and r.ok and r.matches(slo.labels)
-            ]
+            # The rows its evaluation would read (unattributed canary failures included).
+            rows = [r for r in timeline.rows if r.t >= since and r.ok and counts_toward(r, slo)]
             if len(rows) < 3:
                 continue
             values = [r.value for r in rows]

@@ -3,7 +3,8 @@
 A probe *name* is ``<layer>.<reading>`` (``vllm.kv_cache_usage``); labels such as
 ``replica`` or ``class`` are not part of the name. A Probe *object* (what the sampler polls)
 is named ``<layer>`` or ``<layer>@<instance>`` (``vllm@replica-0``); the sampler writes that
-name on the error row of a read that failed, so the layer at fault stays visible.
+name, and the Probe object's own labels (``replica=replica-0``), on the error row of a read
+that failed, so the layer and the instance at fault stay visible.
 """
 
 from __future__ import annotations

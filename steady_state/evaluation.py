@@ -8,6 +8,26 @@ An SLO with ``window_s`` is judged on every window ``(t - window_s, t]`` ending 
 samples, clipped to the phase, and must hold in all of them; without ``window_s`` the
 whole phase is one window. Detection and recovery look at SLOs as they evolve: per sample
 (every reading at one sample time) or per window when ``window_s`` is set.
+
+"No data" fails closed, per source. A failed read is one error row named after its Probe
+object (``vllm@replica-0``) with that object's labels. It concerns an SLO when it is of the
+SLO's layer and its labels do not contradict the SLO's (no key with two different values);
+its *source* is its probe name with its labels. In an evaluation window (the whole phase,
+one ``window_s`` window, or one sample time) a source with failed reads and no usable
+reading of the SLO's probe carrying the source's labels (and the SLO's) is *silent*, and
+the SLO does not hold there, whatever the other sources read: a frozen replica must not
+pass a queue SLO on its healthy neighbour's numbers. A source that failed a read but was
+also heard from in the window is not silent: transient read errors are normal. A
+``window_s`` window looks back before its phase for this (not for its value), so an error
+on a phase's first tick is not silence either. This holds for phase verdicts (a windowed
+recovery SLO: its last window; other windowed SLOs: every window), for detection and
+recovery (a silent window is a not-ok evaluation at its time, so recovery is not confirmed
+while a source is silent) and for a baseline that scales a threshold (a silent baseline is
+no baseline).
+
+A ``canary.success`` failure that lacks a label an SLO selects on (no ``replica``: the
+request failed before the front door named the replica) counts against that SLO; see
+:func:`counts_toward`.
 """
 
 from __future__ import annotations
@@ -19,8 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferchaos.steady_state.aggregates import Aggregate, Point, get_aggregate
+from inferchaos.steady_state.catalog import probe_layer
 from inferchaos.steady_state.slo import Op, Phase, Slo, SloSpec
-from inferchaos.steady_state.timeline import Mark, Timeline
+from inferchaos.steady_state.timeline import Mark, Row, Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -108,12 +129,13 @@ class LayerVerdict:
 
 @dataclass(frozen=True)
 class Detection:
-    """The first breach of a during-phase SLO after the injection."""
+    """The first breach of a during-phase SLO after the injection (``observed`` None: a source
+    of the SLO went silent where it has no value)."""
 
     slo: str
     at: float
     time_to_detect_s: float
-    observed: float
+    observed: float | None
 
 
 @dataclass(frozen=True)
@@ -156,6 +178,32 @@ class Evaluation:
 
 Series = Mapping[str, Sequence[Point]]
 
+# A canary request that failed before the front door said which replica served it (refused,
+# or timed out before the response headers: a frozen replica answers nothing at all) could
+# have been any replica's. Its failure counts against every SLO scoped to a replica, or such
+# an SLO would never see the failures of the very replica that froze. A success without the
+# label is attributed to no one: it says nothing about any particular replica.
+UNATTRIBUTED_FAILURES: frozenset[str] = frozenset({"canary.success"})
+
+
+def _compatible(labels: Mapping[str, str], other: Mapping[str, str]) -> bool:
+    """No key of both has two different values."""
+    return all(other[key] == value for key, value in labels.items() if key in other)
+
+
+def counts_toward(row: Row, slo: Slo) -> bool:
+    """Whether ``row`` (usable or not) belongs to ``slo``'s series.
+
+    It does when it reads the SLO's probe with labels that include the SLO's, or when it is an
+    unattributed failure (:data:`UNATTRIBUTED_FAILURES`: value 0, lacking a label the SLO
+    selects on, contradicting none).
+    """
+    if row.probe != slo.probe:
+        return False
+    if row.matches(slo.labels):
+        return True
+    return row.probe in UNATTRIBUTED_FAILURES and row.value == 0 and _compatible(row.labels, slo.labels)
+
 
 def _aggregate(agg: Aggregate, series: Series) -> float | None:
     if agg.per_series:
@@ -166,8 +214,92 @@ def _aggregate(agg: Aggregate, series: Series) -> float | None:
 
 
 def _slo_series(timeline: Timeline, slo: Slo, window: PhaseWindow) -> dict[str, list[Point]]:
-    series = timeline.series(slo.probe, slo.labels, window.start, window.end, include_end=window.closed)
+    series: dict[str, list[Point]] = {}
+    for row in timeline.rows:
+        if row.probe == slo.probe and window.contains(row.t) and row.ok and counts_toward(row, slo):
+            series.setdefault(row.label_text(), []).append((row.t, row.value))
     return {key: sorted(points) for key, points in series.items()}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A Probe object's failed reads that concern one SLO, and when it was heard from.
+
+    ``errors`` are its error rows within the phase, in time order (``failed_at`` their
+    times); ``heard`` the times of every usable reading of the SLO's probe with the source's
+    labels (and the SLO's), before the phase too.
+    """
+
+    name: str
+    errors: tuple[Row, ...]
+    failed_at: tuple[float, ...]
+    heard: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Silence:
+    """The sources silent in one evaluation window: failed reads there and not one reading."""
+
+    sources: tuple[str, ...]
+    failed: int
+    error: str
+
+    def reason(self, where: str) -> str:
+        """``no data from vllm@replica-0 (replica=replica-0) in <where>: 5 failed reads (<error>)``."""
+        reads = "read" if self.failed == 1 else "reads"
+        return (
+            f"no data from {', '.join(self.sources)} in {where}: {self.failed} failed {reads} ({self.error})"
+        )
+
+
+def _sources(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Source]:
+    """The sources of failed reads in ``window`` that concern ``slo`` (module docstring)."""
+    failed: dict[tuple[str, str], list[Row]] = {}
+    for row in timeline.rows:
+        if (
+            row.error
+            and window.contains(row.t)
+            and probe_layer(row.probe) == slo.layer
+            and _compatible(row.labels, slo.labels)
+        ):
+            failed.setdefault((row.probe, row.label_text()), []).append(row)
+    if not failed:
+        return []
+    readings = [row for row in timeline.rows if row.probe == slo.probe and row.ok]
+    sources = []
+    for (probe, _), rows in failed.items():
+        labels = {**slo.labels, **rows[0].labels}
+        own = ", ".join(f"{k}={v}" for k, v in sorted(rows[0].labels.items()))
+        name = f"{probe} ({own})" if own else probe
+        heard = sorted(row.t for row in readings if row.matches(labels))
+        errors = tuple(sorted(rows, key=lambda r: r.t))
+        sources.append(Source(name, errors, tuple(r.t for r in errors), tuple(heard)))
+    return sources
+
+
+def _silence(sources: Sequence[Source], start: float, end: float) -> Silence | None:
+    """The sources with failed reads in ``(start, end]`` and no reading in it; None if none."""
+    silent: list[Source] = []
+    errors: list[Row] = []
+    for source in sources:
+        times = source.failed_at
+        failed = source.errors[bisect.bisect_right(times, start) : bisect.bisect_right(times, end)]
+        heard = bisect.bisect_right(source.heard, start)
+        if failed and not (heard < len(source.heard) and source.heard[heard] <= end):
+            silent.append(source)
+            errors.extend(failed)
+    if not silent:
+        return None
+    latest = max(errors, key=lambda row: row.t).error
+    # One line, however the probe worded its error: reasons end up in one-line summaries.
+    error = " ".join(latest.split())
+    return Silence(tuple(s.name for s in silent), len(errors), error[:200])
+
+
+def _phase_silence(sources: Sequence[Source], window: PhaseWindow) -> Silence | None:
+    # Every error of a source lies in the phase; its readings must too, to speak for it.
+    end = window.end if window.closed else math.nextafter(window.end, -math.inf)
+    return _silence(sources, math.nextafter(window.start, -math.inf), end)
 
 
 def _window_points(points: Sequence[Point], end: float, width: float | None, min_points: int) -> list[Point]:
@@ -186,26 +318,55 @@ def _window_points(points: Sequence[Point], end: float, width: float | None, min
     return list(points[begin:upto])
 
 
-def slo_evolution(slo: Slo, series: Series) -> list[tuple[float, float]]:
-    """``(t, value)`` of the SLO's aggregate at each sample time of ``series``.
+@dataclass(frozen=True)
+class Judgement:
+    """The SLO at one evaluation time: its aggregate there (None: undefined), whether it held,
+    and the sources silent there (a silent window never holds)."""
+
+    t: float
+    value: float | None
+    ok: bool
+    silence: Silence | None = None
+
+
+def slo_evolution(slo: Slo, series: Series, sources: Sequence[Source] = ()) -> list[Judgement]:
+    """The SLO judged at each sample time of ``series`` and each failed read of ``sources``.
 
     The value at ``t`` covers the readings at ``t`` (per sample), or the window
     ``(t - window_s, t]`` when the SLO has ``window_s``. Times where the aggregate is
-    undefined (a rate with one point) are left out.
+    undefined (a rate with one point) are left out unless a source is silent there; a
+    failed read's time is only judged when its source is silent there, so a run whose
+    sources all answer is judged at its sample times alone.
     """
     agg = get_aggregate(slo.agg)
-    times = sorted({t for points in series.values() for t, _ in points})
-    evolution: list[tuple[float, float]] = []
-    for t in times:
+    sampled = {t for points in series.values() for t, _ in points}
+    failed = {t for source in sources for t in source.failed_at}
+    evolution: list[Judgement] = []
+    for t in sorted(sampled | failed):
+        start = math.nextafter(t, -math.inf) if slo.window_s is None else t - slo.window_s
+        silence = _silence(sources, start, t)
+        if t not in sampled and silence is None:
+            continue
         in_window = {
             key: window
             for key, points in series.items()
             if (window := _window_points(points, t, slo.window_s, agg.min_points))
         }
         value = _aggregate(agg, in_window)
-        if value is not None:
-            evolution.append((t, value))
+        if value is not None or silence is not None:
+            ok = silence is None and value is not None and slo.holds(value)
+            evolution.append(Judgement(t, value, ok, silence))
     return evolution
+
+
+def _where(slo: Slo, window: PhaseWindow, t: float | None = None) -> str:
+    """Where an SLO was judged, for reasons: ``the recovery phase (5 s window ending at +12.0 s)``."""
+    phase = f"the {slo.phase.value} phase"
+    if t is None:
+        return phase
+    if slo.window_s is None:
+        return f"{phase} (the readings at +{t - window.start:.1f} s)"
+    return f"{phase} ({slo.window_s:g} s window ending at +{t - window.start:.1f} s)"
 
 
 def _worst(slo: Slo, values: Sequence[float]) -> float:
@@ -219,9 +380,9 @@ def _worst(slo: Slo, values: Sequence[float]) -> float:
 def evaluate_slo(
     timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow] | None = None
 ) -> SloResult:
-    """Judge one SLO over its phase of ``timeline``."""
+    """Judge one SLO over its phase of ``timeline``; a silent source fails it (module docstring)."""
     windows = phase_windows(timeline) if windows is None else windows
-    baseline = baseline_value(timeline, slo, windows) if slo.scale else None
+    baseline, baseline_silence = _baseline(timeline, slo, windows) if slo.scale else (None, None)
     slo = slo.scaled_by(baseline)
     scale = slo.scale.describe() if slo.scale else ""
 
@@ -233,24 +394,35 @@ def evaluate_slo(
     if window is None:
         return result(False, None, reason=f"the {slo.phase.value} phase never happened in this run")
     series = _slo_series(timeline, slo, window)
+    sources = _sources(timeline, slo, window)
     samples = sum(len(points) for points in series.values())
     selector = _selector(slo)
-    if not samples:
-        return result(False, None, reason=f"no samples of {selector} in the {slo.phase.value} phase")
-    if slo.scale and baseline is None:
-        return result(
-            False, None, samples, f"no baseline of {slo.agg}({selector}) to scale its threshold from"
-        )
     if slo.window_s is None:
         observed = _aggregate(get_aggregate(slo.agg), series)
+        silence, where = _phase_silence(sources, window), _where(slo, window)
     else:
-        values = [v for _, v in slo_evolution(slo, series)]
+        judged = slo_evolution(slo, series, sources)
         if slo.phase is Phase.RECOVERY:
             # How fast the system got back is time_to_recover's job; a windowed recovery SLO
             # judges the state it got back to: its last window.
-            observed = values[-1] if values else None
+            judged = judged[-1:]
+        values = [j.value for j in judged if j.value is not None]
+        if not values:
+            observed = None
         else:
-            observed = _worst(slo, values) if values else None
+            observed = values[-1] if slo.phase is Phase.RECOVERY else _worst(slo, values)
+        silent = next((j for j in judged if j.silence is not None), None)
+        silence = None if silent is None else silent.silence
+        where = _where(slo, window, None if silent is None else silent.t)
+    if silence is not None:
+        return result(False, observed, samples, silence.reason(where))
+    if not samples:
+        return result(False, None, reason=f"no samples of {selector} in the {slo.phase.value} phase")
+    if slo.scale and baseline is None:
+        why = f": {baseline_silence.reason('the baseline phase')}" if baseline_silence else ""
+        return result(
+            False, None, samples, f"no baseline of {slo.agg}({selector}) to scale its threshold from{why}"
+        )
     if observed is None:
         return result(False, None, samples, f"{slo.agg} of {selector} is undefined over {samples} sample(s)")
     ok = slo.holds(observed)
@@ -268,18 +440,28 @@ def evaluate_slo(
     return result(ok, observed, samples, reason)
 
 
+def _baseline(
+    timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow]
+) -> tuple[float | None, Silence | None]:
+    """:func:`baseline_value`, and the silence that left it out, if that was the cause."""
+    window = windows.get(Phase.BASELINE)
+    if window is None:
+        return None, None
+    silence = _phase_silence(_sources(timeline, slo, window), window)
+    if silence is not None:
+        return None, silence
+    return _aggregate(get_aggregate(slo.agg), _slo_series(timeline, slo, window)), None
+
+
 def baseline_value(
     timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow] | None = None
 ) -> float | None:
     """The SLO's aggregate of its probe over the whole baseline phase: what a relative threshold scales.
 
-    None when the baseline phase or its samples are missing: the SLO then fails closed.
+    None when the baseline phase or its samples are missing, or when a source of the probe
+    was silent through the whole baseline: the SLO then fails closed.
     """
-    windows = phase_windows(timeline) if windows is None else windows
-    window = windows.get(Phase.BASELINE)
-    if window is None:
-        return None
-    return _aggregate(get_aggregate(slo.agg), _slo_series(timeline, slo, window))
+    return _baseline(timeline, slo, phase_windows(timeline) if windows is None else windows)[0]
 
 
 def _scaled(timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow]) -> Slo:
@@ -306,7 +488,10 @@ def layer_verdicts(results: Sequence[SloResult]) -> tuple[LayerVerdict, ...]:
 def detect(
     timeline: Timeline, spec: SloSpec, windows: Mapping[Phase, PhaseWindow] | None = None
 ) -> Detection | None:
-    """The first breach of any during-phase SLO after the injection, or None."""
+    """The first breach of any during-phase SLO after the injection, or None.
+
+    A source of the SLO silent at an evaluation time is a breach at that time.
+    """
     windows = phase_windows(timeline) if windows is None else windows
     during = windows.get(Phase.DURING)
     if during is None:
@@ -315,11 +500,10 @@ def detect(
     for slo in spec.slos:
         if slo.phase is not Phase.DURING:
             continue
-        slo = _scaled(timeline, slo, windows)
-        for t, value in slo_evolution(slo, _slo_series(timeline, slo, during)):
-            if not slo.holds(value):
-                if first is None or t < first.at:
-                    first = Detection(slo.name, t, t - during.start, value)
+        for judged in _held(timeline, _scaled(timeline, slo, windows), during):
+            if not judged.ok:  # a breach, or a source gone silent
+                if first is None or judged.t < first.at:
+                    first = Detection(slo.name, judged.t, judged.t - during.start, judged.value)
                 break
     return first
 
@@ -330,9 +514,9 @@ def recover(
     """When every ``recovery.steady`` SLO held again for ``hold_s`` after the revert; None if undeclared.
 
     Each SLO's state at a moment is its latest evaluation (per sample or per window, clipped
-    to the recovery phase). Steady from ``s`` means every SLO is ok at ``s`` and stays ok
-    through ``s + hold_s``, with samples reaching that far. Recovered when such an ``s``
-    exists at most ``within_s`` after the revert.
+    to the recovery phase); one where a source of it is silent is not ok. Steady from ``s``
+    means every SLO is ok at ``s`` and stays ok through ``s + hold_s``, with samples reaching
+    that far. Recovered when such an ``s`` exists at most ``within_s`` after the revert.
     """
     if spec.recovery is None:
         return None
@@ -341,45 +525,51 @@ def recover(
     recovery = windows.get(Phase.RECOVERY)
     if recovery is None:
         return RecoveryResult(False, None, None, None, "the fault was never reverted")
-    evolutions = {
-        name: _held(timeline, _scaled(timeline, spec.by_name(name), windows), recovery) for name in rec.steady
-    }
-    failing_at_end = tuple(name for name, ev in evolutions.items() if not ev or not ev[-1][1])
-    silent = [name for name, ev in evolutions.items() if not ev]
-    if silent:
-        return RecoveryResult(False, None, None, None, f"no samples after the revert for {', '.join(silent)}",
+    slos = {name: _scaled(timeline, spec.by_name(name), windows) for name in rec.steady}
+    evolutions = {name: _held(timeline, slo, recovery) for name, slo in slos.items()}
+    failing_at_end = tuple(name for name, ev in evolutions.items() if not ev or not ev[-1].ok)
+    unsampled = [name for name, ev in evolutions.items() if not ev]
+    if unsampled:
+        return RecoveryResult(False, None, None, None, f"no samples after the revert for {', '.join(unsampled)}",
                               failing_at_end)  # fmt: skip
-    last_seen = max(ev[-1][0] for ev in evolutions.values())
+    last_seen = max(ev[-1].t for ev in evolutions.values())
     candidates = sorted(
-        {t for ev in evolutions.values() for t, _ in ev if t - recovery.start <= rec.within_s}
+        {j.t for ev in evolutions.values() for j in ev if j.t - recovery.start <= rec.within_s}
     )
     for s in candidates:
         if s + rec.hold_s > last_seen:
             break
         if all(_steady(ev, s, s + rec.hold_s) for ev in evolutions.values()):
             return RecoveryResult(True, s - recovery.start, s, s + rec.hold_s)
+    # A steady SLO still silent at the end says which source kept recovery from being confirmed.
+    silent_at_end = "".join(
+        f"; {name}: {last.silence.reason(_where(slos[name], recovery, last.t))}"
+        for name, ev in evolutions.items()
+        if (last := ev[-1]).silence is not None
+    )
     return RecoveryResult(
         False,
         None,
         None,
         None,
-        f"{', '.join(rec.steady)} did not hold for {rec.hold_s:g} s from within {rec.within_s:g} s of the revert",
+        f"{', '.join(rec.steady)} did not hold for {rec.hold_s:g} s from within {rec.within_s:g} s of the revert"
+        + silent_at_end,
         failing_at_end,
     )
 
 
-def _held(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[tuple[float, bool]]:
-    """Whether ``slo`` held at each of its evaluation times within ``window``."""
-    return [(t, slo.holds(value)) for t, value in slo_evolution(slo, _slo_series(timeline, slo, window))]
+def _held(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Judgement]:
+    """``slo`` judged at each of its evaluation times within ``window``, silences included."""
+    return slo_evolution(slo, _slo_series(timeline, slo, window), _sources(timeline, slo, window))
 
 
-def _steady(evolution: Sequence[tuple[float, bool]], start: float, end: float) -> bool:
-    times = [t for t, _ in evolution]
+def _steady(evolution: Sequence[Judgement], start: float, end: float) -> bool:
+    times = [j.t for j in evolution]
     at_start = bisect.bisect_right(times, start) - 1
     if at_start < 0:
         return False  # no evaluation yet at ``start``: its state is unknown, not ok
     through = bisect.bisect_right(times, end)
-    return all(ok for _, ok in evolution[at_start:through])
+    return all(j.ok for j in evolution[at_start:through])
 
 
 def evaluate(timeline: Timeline, spec: SloSpec) -> Evaluation:

@@ -3,7 +3,9 @@
 Ticks are scheduled drift-free (tick k starts at ``start + k * interval``), and every probe
 read has its own timeout, so one slow layer costs at most its timeout and never stretches
 the tick or hides the other layers. A failed or timed-out read is a row with the error text
-and a NaN value: during a chaos run a probe that cannot read its layer is itself evidence.
+and a NaN value, named after the Probe object (``vllm@replica-0``) and carrying its labels
+(``replica=replica-0``): during a chaos run a probe that cannot read its layer is itself
+evidence.
 """
 
 from __future__ import annotations
@@ -144,10 +146,24 @@ class Sampler:
             return [Row.from_sample(t, sample) for sample in samples]
         except TimeoutError:
             logger.info("sampler: probe %s did not answer within %g s", probe.name, timeout)
-            return [Row(t, probe.name, {}, math.nan, f"TimeoutError: no answer within {timeout:g} s")]
+            error = f"TimeoutError: no answer within {timeout:g} s"
         except ProbeError as e:
             logger.info("sampler: probe %s failed: %s", probe.name, e)
-            return [Row(t, probe.name, {}, math.nan, f"{type(e).__name__}: {e}")]
+            error = f"{type(e).__name__}: {e}"
         except Exception as e:  # a buggy probe must not end the run; the traceback is logged
             logger.exception("sampler: probe %s raised unexpectedly", probe.name)
-            return [Row(t, probe.name, {}, math.nan, f"{type(e).__name__}: {e}")]
+            error = f"{type(e).__name__}: {e}"
+        return [Row(t, probe.name, probe_labels(probe), math.nan, error)]
+
+
+def probe_labels(probe: Probe) -> dict[str, str]:
+    """The labels every reading of ``probe`` carries (``{"replica": "replica-0"}`` for a vLLM
+    replica), or ``{}`` for a probe that does not declare them.
+
+    They go on the error row of a failed read, so the timeline says which replica went
+    silent and evaluation can tell which SLOs that silence leaves without data.
+    """
+    labels = getattr(probe, "labels", None)
+    if not isinstance(labels, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in labels.items()}

@@ -99,6 +99,9 @@ async def stream_completion_async(
     start = time.perf_counter()
     times: list[float] = []
     text: list[str] = []
+    # Read with the headers and kept through every later failure: a stream that stalls or
+    # breaks after the front door named its replica is that replica's failure.
+    replica = ""
     try:
         async with client.stream(
             "POST", f"{base_url}/v1/completions", json=body, timeout=timeout_s
@@ -121,7 +124,7 @@ async def stream_completion_async(
                 text.append(event.text)
     except (httpx.HTTPError, ValueError) as e:
         return StreamResult(False, 0, times[0] if times else None, time.perf_counter() - start, len(times),
-                            "".join(text), f"{type(e).__name__}: {e}", "", times)  # fmt: skip
+                            "".join(text), f"{type(e).__name__}: {e}", replica, times)  # fmt: skip
     e2e = time.perf_counter() - start
     ok = bool(times)
     return StreamResult(ok, 200, times[0] if times else None, e2e, len(times), "".join(text),

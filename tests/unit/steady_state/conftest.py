@@ -44,6 +44,8 @@ class FakeServer:
     chunks: int = 3
     chunk_delay_s: float = 0.0
     hang: asyncio.Event | None = None
+    # Waited on after the response headers went out, before the first chunk: a stalled stream.
+    stall: asyncio.Event | None = None
     replica_header: str = "replica-0"
     # Sent as `data: {"error": ...}` after the first chunk, as vLLM reports a failure mid-stream.
     stream_error: str = ""
@@ -79,6 +81,8 @@ def _app(state: FakeServer) -> web.Application:
         response = web.StreamResponse(headers={"x-inferchaos-replica": state.replica_header})
         response.content_type = "text/event-stream"
         await response.prepare(request)
+        if state.stall is not None:
+            await state.stall.wait()
         for index in range(state.chunks):
             await asyncio.sleep(state.chunk_delay_s)
             chunk = {"choices": [{"text": f"t{index}"}], "model": body["model"]}
@@ -107,8 +111,9 @@ async def fake_server() -> AsyncIterator[FakeServer]:
     try:
         yield state
     finally:
-        if state.hang is not None:
-            state.hang.set()
+        for event in (state.hang, state.stall):
+            if event is not None:
+                event.set()
         await server.close()
 
 
@@ -136,11 +141,11 @@ class Synth:
             out.append(Row(t, probe, dict(labels or {}), float(value), error))
         return out
 
-    def error_rows(
-        self, probe_object: str, times: Iterable[float], error: str = "ProbeError: refused"
-    ) -> list[Row]:
-        """Failed-read rows of a Probe object (e.g. ``vllm@replica-0``) at the given offsets."""
-        return [Row(self.t0 + t, probe_object, {}, math.nan, error) for t in times]
+    def error_rows(self, probe_object: str, times: Iterable[float], error: str = "ProbeError: refused",
+                   labels: Mapping[str, str] | None = None) -> list[Row]:  # fmt: skip
+        """Failed-read rows of a Probe object (e.g. ``vllm@replica-0``) at the given offsets,
+        with the labels the sampler copies from that object (``{"replica": "replica-0"}``)."""
+        return [Row(self.t0 + t, probe_object, dict(labels or {}), math.nan, error) for t in times]
 
     def timeline(self, *row_lists: list[Row], **marks: float) -> Timeline:
         """A Timeline of the rows (in time order) with marks at the given offsets."""

@@ -93,6 +93,38 @@ async def test_an_error_event_inside_a_started_stream_is_a_failure(
     assert not any(s.probe == "canary.e2e_s" for s in samples)
 
 
+async def test_a_stream_that_stalls_after_its_headers_is_a_failure_of_the_replica_they_named(
+    fake_server: FakeServer,
+) -> None:
+    # The front door named replica-0, then nothing came: the request timed out mid-stream.
+    # Its failure is replica-0's, not an unattributed one.
+    fake_server.stall = asyncio.Event()
+    # 1 s is ample for the headers of a local server even on a busy machine (a timeout before
+    # them would be an unattributed failure); the cap is never reached at 5 requests/s.
+    config = CanaryConfig(
+        fake_server.url, "tiny-llama", rate_per_s=5.0, max_in_flight=32, request_timeout_s=1.0
+    )
+    probe = CanaryProbe(config)
+    await probe.start()
+    try:
+        samples = await collect(probe, lambda s: len(successes(s)) >= 2)
+    finally:
+        await probe.stop()
+    failures = [s for s in samples if s.probe == "canary.success"]
+    assert len(failures) >= 2 and {s.value for s in failures} == {0.0}
+    assert all(s.labels == {"replica": "replica-0"} for s in failures)
+
+
+async def test_an_error_event_keeps_the_replica_that_served_it(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    fake_server.stream_error = "engine core died"
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 2)
+    assert {s.value for s in samples if s.probe == "canary.success"} == {0.0}
+    assert all(s.labels == {"replica": "replica-0"} for s in samples)
+
+
 async def test_refused_front_door_is_data_with_success_0(refused_url: str) -> None:
     probe = CanaryProbe(CanaryConfig(refused_url, "tiny-llama", rate_per_s=20.0))
     await probe.start()

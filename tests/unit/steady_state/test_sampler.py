@@ -114,6 +114,41 @@ async def test_a_failing_probe_is_recorded_and_sampling_goes_on() -> None:
     assert len(timeline.errors()) == 4
 
 
+class LabelledFailingProbe(FailingProbe):
+    """A failing probe that, like VllmProbe, declares the labels of all its readings."""
+
+    def __init__(self, name: str, error: Exception, labels: dict[str, str]) -> None:
+        super().__init__(name, error)
+        self.labels = labels
+
+
+async def test_an_error_row_carries_the_labels_of_the_probe_that_failed() -> None:
+    # Which replica went silent is in the row itself, under the Probe object's name.
+    refused = LabelledFailingProbe("vllm@replica-0", ProbeError("refused"), {"replica": "replica-0"})
+    unlabelled = FailingProbe("ray", ProbeError("state API timed out"))
+    timeline = Timeline()
+    await Sampler([refused, unlabelled], timeline, interval_s=0.25).run(max_ticks=1)
+    rows = {r.probe: r for r in timeline.errors()}
+    assert rows["vllm@replica-0"].labels == {"replica": "replica-0"}
+    assert rows["ray"].labels == {}
+
+
+async def test_a_timed_out_read_carries_the_probe_labels_too(tmp_path: Path) -> None:
+    class FrozenReplica(HangingProbe):
+        name = "vllm@replica-0"
+        layer = Layer.VLLM
+        labels = {"replica": "replica-0"}
+
+    path = tmp_path / "timeline.csv"
+    with TimelineWriter(path) as writer:
+        await Sampler([FrozenReplica()], Timeline(writer), interval_s=0.25, probe_timeout_s=0.1).run(
+            max_ticks=1
+        )
+    (row,) = read_timeline(path).errors()
+    assert (row.probe, row.labels) == ("vllm@replica-0", {"replica": "replica-0"})
+    assert row.error == "TimeoutError: no answer within 0.1 s"
+
+
 class GarbageProbe:
     """Returns a reading that is not a number."""
 

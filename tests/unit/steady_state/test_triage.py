@@ -125,11 +125,15 @@ def test_a_replica_that_stops_answering_with_nothing_below_is_vllm(synth: Synth)
     timeline = synth.timeline(
         healthy_ray(synth),
         [r for r in calm_vllm(synth) if r.t < synth.t0 + 12],
-        synth.error_rows("vllm@replica-0", range(12, N), "ProbeError: ConnectError"),
+        # Labelled as the sampler writes them: the Probe object's own labels.
+        synth.error_rows(
+            "vllm@replica-0", range(12, N), "ProbeError: ConnectError", {"replica": "replica-0"}
+        ),
     )
     result = diagnose(synth, timeline)
     assert result.layer == "vllm"
     assert result.evidence["error"] == "ProbeError: ConnectError"
+    assert result.evidence["labels"] == {"instance": "replica-0"}
 
 
 def test_an_engine_reporting_unhealthy_is_vllm(synth: Synth) -> None:
