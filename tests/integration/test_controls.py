@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from env_checks import stopped_processes, wait_until_whole
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
-from tests.integration.env_checks import stopped_processes, wait_until_whole
 
 pytestmark = pytest.mark.integration
 

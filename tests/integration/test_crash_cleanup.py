@@ -1,0 +1,130 @@
+"""kill -9 of the runner while each local fault acts, then `inferchaos cleanup`, restores the environment.
+
+The runner is SIGKILLed (its whole process group: a flood's client threads die with it) once
+the ledger shows the fault acting; nothing in the runner gets to revert. `inferchaos cleanup`
+must then revert every entry from the ledger alone, and the environment must be whole again:
+no ledger entry, no leaked actor or placement group, no stopped (frozen) process, no queue
+left in vLLM, every replica healthy and every spare GPU free. The actor leak's case is in
+test_scenarios.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from env_checks import stopped_processes, wait_until_whole
+
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.faults.ledger import Ledger
+from inferchaos.primitives.vllm_metrics import parse_metrics
+
+pytestmark = pytest.mark.integration
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def _kill_engine_experiment(folder: Path) -> Path:
+    """node_loss's file with its fault swapped for vllm.kill_engine of replica-1 (no shipped scenario uses it)."""
+    data = yaml.safe_load((EXPERIMENTS / "node_loss.yaml").read_text())
+    data["method"][0]["provider"].update(
+        {
+            "module": "inferchaos.faults.vllm.actions",
+            "func": "kill_engine",
+            "arguments": {"replica": "replica-1"},
+        }
+    )
+    data["method"][1]["provider"]["arguments"] = {"fault": "vllm.kill_engine"}
+    data["rollbacks"][0]["provider"].update(
+        {"module": "inferchaos.faults.vllm.actions", "func": "rollback_kill_engine"}
+    )
+    data["slos"] = [s for s in data["slos"] if s["name"] not in ("nodes_before", "nodes_back")]
+    data["recovery"]["steady"] = ["replica_back"]
+    path = folder / "kill_engine.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# (experiment, the faults whose ledger entries must be acting before the kill)
+CASES = {
+    "kill_node": ("node_loss.yaml", {"ray.kill_node"}),
+    "stall_placement_group": ("strict_pg_stall.yaml", {"ray.stall_placement_group"}),
+    "flood_kv_cache+hang_engine": ("controls/kv_flood.yaml", {"vllm.flood_kv_cache", "vllm.hang_engine"}),
+    "squat_device_memory": ("gpu_memory_squat.yaml", {"device.squat_device_memory"}),
+    "kill_engine": ("kill_engine", {"vllm.kill_engine"}),
+}
+
+
+def _queues_empty(env: LocalEnvironment) -> bool:
+    for record in env.replica_records():
+        try:
+            snapshot = parse_metrics(httpx.get(record.metrics_url, timeout=2).text)
+        except httpx.HTTPError:
+            return False
+        if snapshot.waiting or snapshot.running:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cleanup_after_kill_9_restores_the_environment(
+    case: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    from ray.util.placement_group import placement_group_table
+    from ray.util.state import list_actors
+
+    from inferchaos.faults.ray.actors import LEAK_NAMESPACE
+    from inferchaos.primitives.memory_budget import budgets_available
+
+    name, acting = CASES[case]
+    if name == "gpu_memory_squat.yaml" and not budgets_available()[0]:
+        pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
+    experiment = _kill_engine_experiment(tmp_path) if name == "kill_engine" else EXPERIMENTS / name
+    wait_until_whole(local_env)
+    ledger = Ledger(integration_home / "ledger")
+    env = {**os.environ, "INFERCHAOS_HOME": str(integration_home)}
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(experiment), "--out", str(tmp_path)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            live = {h.fault for h in ledger.entries() if h.injected_at is not None}
+            if acting <= live or runner.poll() is not None:
+                break
+            time.sleep(0.25)
+        assert runner.poll() is None, "the runner ended before the fault acted"
+        assert acting <= {h.fault for h in ledger.entries()}, ledger.entries()
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait(timeout=30)
+    assert not ledger.is_empty(), "a runner killed with -9 cannot have reverted anything"
+
+    cleanup = subprocess.run(
+        [sys.executable, "-m", "inferchaos.experiments.cli", "cleanup"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    print(f"{case}: cleanup rc {cleanup.returncode}: {cleanup.stdout[-1500:]}")
+    assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
+    for fault in acting:
+        assert f"reverted {fault}" in cleanup.stdout
+    assert ledger.is_empty()
+    assert stopped_processes(local_env) == []
+    wait_until_whole(local_env)
+    local_env.connect_ray()
+    assert [
+        a for a in list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)]) if a.state != "DEAD"
+    ] == []
+    assert [pg for pg in placement_group_table().values() if pg["state"] not in ("REMOVED", "CREATED")] == []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _queues_empty(local_env):
+        time.sleep(1.0)
+    assert _queues_empty(local_env), "a killed flood must not leave requests in vLLM"
