@@ -440,6 +440,37 @@ def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8s
     return planned
 
 
+# How long a game day waits, between runs, for every replica to serve again.
+WHOLE_TIMEOUT_S = 300.0
+
+
+def _wait_until_whole(
+    environment: LocalEnvironment | K8sEnvironment, timeout_s: float = WHOLE_TIMEOUT_S
+) -> None:
+    """Wait until the front door and every replica serve, so each run starts on the whole environment.
+
+    A control reverts its break only once its run is judged (a replacement node whose replica
+    then starts), and a scenario's recovery may be confirmed before every replica is back. On
+    timeout the next run goes ahead; its own plan and baseline refuse an environment that is
+    not fit, with the reason.
+    """
+    deadline = time.monotonic() + timeout_s
+    waited = 0.0
+    while True:
+        status = environment.status()
+        missing = [r.name for r in status.vllm.replicas if not r.healthy]
+        if status.up and status.front_door.healthy and not missing:
+            return
+        if time.monotonic() >= deadline:
+            logger.warning("the environment is still not whole after %.0f s: %s", timeout_s, missing)
+            return
+        if waited % 10 == 0:
+            console.print(f"waiting for the environment to be whole: not serving yet: "
+                          f"{', '.join(missing) or 'the front door'}", highlight=False)  # fmt: skip
+        time.sleep(2.0)
+        waited += 2.0
+
+
 def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEnvironment, out_dir: Path,
                interval: float, allow: AllowList | None, load: str | None) -> int:  # fmt: skip
     """Run the planned experiments in order into one game-day folder, index the reports; the worst exit code.
@@ -452,6 +483,8 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
     for i, run in enumerate(planned):
         title = f"negative control: {run.control.breaks}" if run.control else run.spec.title
         console.rule(f"{run.spec.name}: {title}")
+        if i > 0:
+            _wait_until_whole(environment)
         verdict: Verdict | None = None
         try:
             code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control)
