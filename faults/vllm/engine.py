@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import httpx
 import psutil
 
-from inferchaos.errors import ConfigError, FaultError
+from inferchaos.errors import FaultError
 from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
+from inferchaos.faults.vllm.targets import healthy_replica
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import RayProcessEnvironment
 from inferchaos.primitives.replica_slots import ReplicaRecord
@@ -71,18 +72,9 @@ class KillEngine(LocalProcessFault[KillEngineParams]):
     params_type = KillEngineParams
 
     def _plan(self, env: RayProcessEnvironment, params: KillEngineParams) -> Planned:
-        wanted = replica_name(params.replica)
-        records = env.replica_records()
-        target = next((r for r in records if r.name == wanted), None)
-        if target is None:
-            raise ConfigError(f"{self.name}: no replica named {wanted!r}; known: {[r.name for r in records]}")
-        if target.state != "healthy":
-            raise ConfigError(f"{self.name}: {wanted} is {target.state}, not healthy; nothing to kill")
-        others = [r for r in records if r.name != wanted and r.state == "healthy"]
-        if not others and not params.allow_total_outage:
-            raise ConfigError(
-                f"{self.name}: {wanted} is the only healthy replica; set allow_total_outage to allow it"
-            )
+        target, others = healthy_replica(
+            env, self.name, replica_name(params.replica), params.allow_total_outage, "kill"
+        )
         engine = find_engine_core(target.vllm_pid)
         description = (
             f"SIGKILL the EngineCore (pid {engine.pid}) of {target.name}; its server answers 503 and exits; "

@@ -35,6 +35,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.engine import find_engine_core
+from inferchaos.faults.vllm.targets import healthy_replica
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue, seconds
 from inferchaos.primitives.capabilities import RayProcessEnvironment
@@ -289,19 +290,9 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
         self, env: RayProcessEnvironment, params: HangEngineParams
     ) -> tuple[ReplicaRecord, list[ReplicaRecord]]:
         """The healthy replica ``params`` names and the other healthy ones; ConfigError otherwise."""
-        wanted = replica_name(params.replica)
-        records = env.replica_records()
-        target = next((r for r in records if r.name == wanted), None)
-        if target is None:
-            raise ConfigError(f"{self.name}: no replica named {wanted!r}; known: {[r.name for r in records]}")
-        if target.state != "healthy":
-            raise ConfigError(f"{self.name}: {wanted} is {target.state}, not healthy; nothing to freeze")
-        others = [r for r in records if r.name != wanted and r.state == "healthy"]
-        if not others and not params.allow_total_outage:
-            raise ConfigError(
-                f"{self.name}: {wanted} is the only healthy replica; set allow_total_outage to allow it"
-            )
-        return target, others
+        return healthy_replica(
+            env, self.name, replica_name(params.replica), params.allow_total_outage, "freeze"
+        )
 
     def _describe(
         self, target: ReplicaRecord, params: HangEngineParams, pids: list[int], others: list[ReplicaRecord]

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import httpx
 
 from inferchaos.errors import ConfigError, FaultError
-from inferchaos.primitives.capabilities import StatusEnvironment
+from inferchaos.primitives.capabilities import RayProcessEnvironment, StatusEnvironment
+from inferchaos.primitives.replica_slots import ReplicaRecord
 
 FRONT_DOOR = "front_door"
 
@@ -35,6 +36,28 @@ def resolve_target(env: StatusEnvironment, target: str) -> VllmTarget:
         raise ConfigError(f"unknown target {target!r}; use {FRONT_DOOR!r} or one of {sorted(replicas)}")
     replica = replicas[target]
     return VllmTarget(target, replica.url, {target: replica.metrics_url}, status.model.name)
+
+
+def healthy_replica(
+    env: RayProcessEnvironment, fault: str, wanted: str, allow_total_outage: bool, act: str
+) -> tuple[ReplicaRecord, list[ReplicaRecord]]:
+    """The healthy replica named ``wanted`` and the other healthy ones; ConfigError otherwise.
+
+    The one replica left serving is refused unless ``allow_total_outage``: a fault that takes
+    it down takes the whole front door with it. ``act`` says what the fault would do to it.
+    """
+    records = env.replica_records()
+    target = next((r for r in records if r.name == wanted), None)
+    if target is None:
+        raise ConfigError(f"{fault}: no replica named {wanted!r}; known: {[r.name for r in records]}")
+    if target.state != "healthy":
+        raise ConfigError(f"{fault}: {wanted} is {target.state}, not healthy; nothing to {act}")
+    others = [r for r in records if r.name != wanted and r.state == "healthy"]
+    if not others and not allow_total_outage:
+        raise ConfigError(
+            f"{fault}: {wanted} is the only healthy replica; set allow_total_outage to allow it"
+        )
+    return target, others
 
 
 def served_max_model_len(url: str, model: str) -> int:
