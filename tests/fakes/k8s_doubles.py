@@ -35,6 +35,12 @@ class FakeRuntime:
     def running(self, container: str) -> bool:
         return json.loads(self.state_file.read_text())[container]
 
+    def set_running(self, containers: dict[str, bool]) -> None:
+        """Replace every container's state at once (atomically, as the fake binary does)."""
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(containers))
+        tmp.replace(self.state_file)
+
 
 RUNTIME_SCRIPT = """\
 import json, pathlib, sys

@@ -7,7 +7,6 @@ Every test ends by asserting that no request body failed the Kubernetes schema c
 
 from __future__ import annotations
 
-import json
 import stat
 import sys
 from collections.abc import Iterator
@@ -63,7 +62,7 @@ def fake_runtime(tmp_path: Path) -> FakeRuntime:
     binary.write_text(f"#!{sys.executable}\n{RUNTIME_SCRIPT}")
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
     runtime = FakeRuntime(binary)
-    runtime.state_file.write_text(json.dumps({name: True for name in WORKERS}))
+    runtime.set_running(dict.fromkeys(WORKERS, True))
     return runtime
 
 

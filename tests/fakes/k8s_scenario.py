@@ -115,7 +115,7 @@ def make_runtime(folder: Path) -> FakeRuntime:
     binary.write_text(f"#!{sys.executable}\n{RUNTIME_SCRIPT}")
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
     runtime = FakeRuntime(binary)
-    runtime.state_file.write_text(json.dumps({name: True for name in WORKERS}))
+    runtime.set_running(dict.fromkeys(WORKERS, True))
     return runtime
 
 

@@ -59,7 +59,9 @@ class FakeK8s:
         # Three GPU workers, one replica each; with two local replicas the third Pod shares one.
         self.server.cluster = seed_kind_environment(FakeCluster(), state.read_token(),
                                                     [ports[i % len(ports)] for i in range(len(WORKERS))])  # fmt: skip
-        self.runtime.state_file.write_text(json.dumps({name: True for name in WORKERS}))
+        # Atomically: the fake control plane's thread reads it meanwhile (a half-written file
+        # killed that thread once in a fresh-clone run).
+        self.runtime.set_running(dict.fromkeys(WORKERS, True))
         return self.server.cluster
 
     def config(self, env: str) -> tuple[Path, K8sEnvironment]:
