@@ -23,23 +23,30 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from inferchaos.errors import ConfigError, FaultError, ProbeError
 from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, set_times
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
-from inferchaos.faults.vllm.engine import find_engine_core
+from inferchaos.faults.vllm.processes import (
+    GONE,
+    pid_list,
+    process_state,
+    processes_to_stop,
+    records,
+    same_process,
+    signal_recorded,
+    state_of,
+    wait_stopped,
+)
 from inferchaos.faults.vllm.targets import healthy_replica
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue, seconds
 from inferchaos.primitives.capabilities import RayProcessEnvironment
-from inferchaos.primitives.processes import descendants
 from inferchaos.primitives.replica_slots import ReplicaRecord
 from inferchaos.primitives.vllm_metrics import parse_metrics
 
@@ -54,10 +61,6 @@ HTTP_TIMEOUT_S = 3.0
 # How long inject waits to see every stopped process in state T: SIGSTOP is delivered
 # asynchronously, when the process next runs in the kernel.
 STOP_CONFIRM_S = 5.0
-# Start times of one process read by two processes agree to the microsecond; a reused pid
-# starts at least one clock tick (10 ms) later.
-CREATE_TIME_TOLERANCE_S = 0.005
-GONE = "gone"
 
 
 @dataclass
@@ -74,114 +77,6 @@ class HangEngineParams:
             raise InvalidValue("what", f"must be one of {', '.join(WHAT)}; got {self.what!r}")
         if self.duration_s is not None:
             seconds(self.duration_s, "duration_s")
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` in /proc/<pid>/stat (``T``: stopped), or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name in parentheses may itself hold spaces and parentheses: the state
-    # follows the last closing one.
-    return stat[stat.rindex(")") + 2]
-
-
-def _same_process(entry: dict[str, Any]) -> psutil.Process | None:
-    """The live process ``entry`` recorded (pid and start time), or None when it is gone or its pid was reused."""
-    try:
-        proc = psutil.Process(int(entry["pid"]))
-        if abs(proc.create_time() - float(entry["create_time"])) > CREATE_TIME_TOLERANCE_S:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-    except psutil.NoSuchProcess:
-        return None
-    return proc
-
-
-def _state_of(entry: dict[str, Any]) -> str:
-    """The state letter of the recorded process, or ``gone`` (exited, or its pid reused)."""
-    if _same_process(entry) is None:
-        return GONE
-    return process_state(int(entry["pid"])) or GONE
-
-
-def _pid_list(pids: list[int]) -> str:
-    return ", ".join(str(pid) for pid in pids) or "none"
-
-
-def process_group(leader: int) -> list[psutil.Process]:
-    """Every live process of the process group ``leader`` leads, the leader first."""
-    members = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == leader and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            continue
-    return sorted(members, key=lambda p: (p.pid != leader, p.pid))
-
-
-def processes_to_stop(what: str, server_pid: int) -> list[psutil.Process]:
-    """The processes ``what`` names for the vLLM server ``server_pid``; FaultError when they cannot be found."""
-    if what == "server":
-        try:
-            return [psutil.Process(server_pid)]
-        except psutil.NoSuchProcess as e:
-            raise FaultError(f"the vLLM server pid {server_pid} is gone") from e
-    if what == "all":
-        group = process_group(server_pid)
-        if not group:
-            raise FaultError(f"no live process in the vLLM server's process group {server_pid}")
-        return group
-    engine = find_engine_core(server_pid)
-    found = descendants(engine.pid)
-    if not found:
-        raise FaultError(f"the EngineCore pid {engine.pid} under vLLM server pid {server_pid} is gone")
-    return found
-
-
-def _records(processes: list[psutil.Process]) -> list[dict[str, Any]]:
-    """What undo needs to find each process again, and only it: pid, start time, and a name for messages.
-
-    A process that ends while it is read is left out: there is nothing of it to stop.
-    """
-    records = []
-    for proc in processes:
-        try:
-            records.append({"pid": proc.pid, "create_time": proc.create_time(), "name": proc.name()})
-        except psutil.NoSuchProcess:
-            continue
-    return records
-
-
-def _signal(entries: list[dict[str, Any]], sig: signal.Signals) -> tuple[list[int], list[int], list[str]]:
-    """Send ``sig`` to each recorded process that is still the same; (signalled, gone, failures)."""
-    sent, gone, failed = [], [], []
-    for entry in entries:
-        proc = _same_process(entry)
-        if proc is None:
-            gone.append(int(entry["pid"]))
-            continue
-        try:
-            proc.send_signal(sig)
-            sent.append(proc.pid)
-        except psutil.NoSuchProcess:
-            gone.append(proc.pid)
-        except psutil.AccessDenied as e:
-            failed.append(f"pid {proc.pid}: {e}")
-    return sent, gone, failed
-
-
-def _wait_stopped(entries: list[dict[str, Any]], timeout_s: float) -> dict[str, str]:
-    """The state of each recorded pid once all are stopped, or as they are when ``timeout_s`` ran out."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        states = {str(e["pid"]): _state_of(e) for e in entries}
-        if all(s == "T" for s in states.values()) or time.monotonic() >= deadline:
-            return states
-        time.sleep(0.01)
 
 
 def read_health(url: str) -> tuple[int | None, str]:
@@ -238,7 +133,7 @@ def _resume_on_time(handle_id: str, replica: str, entries: list[dict[str, Any]])
         resumer = _RESUMERS.get(handle_id)
         if resumer is None:
             return
-        sent, gone, failed = _signal(entries, signal.SIGCONT)
+        sent, gone, failed = signal_recorded(entries, signal.SIGCONT)
         if not failed:
             resumer.resumed_at = time.time()
     if failed:
@@ -247,7 +142,7 @@ def _resume_on_time(handle_id: str, replica: str, entries: list[dict[str, Any]])
         return
     logger.info(
         "%s [%s]: %s: duration over, resumed pids %s (gone: %s)",
-        NAME, handle_id, replica, _pid_list(sent), _pid_list(gone),
+        NAME, handle_id, replica, pid_list(sent), pid_list(gone),
     )  # fmt: skip
 
 
@@ -261,10 +156,10 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
 
     def _plan(self, env: RayProcessEnvironment, params: HangEngineParams) -> Planned:
         target, others = self._replica(env, params)
-        records = _records(processes_to_stop(params.what, target.vllm_pid))
-        if not records:
+        found = records(processes_to_stop(params.what, target.vllm_pid))
+        if not found:
             raise FaultError(f"{self.name}: {target.name}: every process to stop ended while it was read")
-        pids = [int(r["pid"]) for r in records]
+        pids = [int(r["pid"]) for r in found]
         if os.getpid() in pids:
             raise ConfigError(
                 f"{self.name}: {target.name}: refusing to stop this process itself (pid {os.getpid()})"
@@ -272,7 +167,7 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
         already = [pid for pid in pids if process_state(pid) == "T"]
         if already:
             raise ConfigError(
-                f"{self.name}: {target.name}: pids {_pid_list(already)} are stopped already; "
+                f"{self.name}: {target.name}: pids {pid_list(already)} are stopped already; "
                 f"revert the hang that stopped them first (`inferchaos cleanup`)"
             )
         state = {
@@ -281,7 +176,7 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             "url": target.url,
             "metrics_url": target.metrics_url,
             "server_pid": target.vllm_pid,
-            "processes": records,
+            "processes": found,
         }
         targets = [f"replica:{target.name}", *(f"pid:{pid}" for pid in pids)]
         return Planned(self._describe(target, params, pids, others), targets, state)
@@ -299,18 +194,18 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
     ) -> str:
         if params.what == "engine":
             effect = (
-                f"SIGSTOP the EngineCore of {target.name} and its children (pids {_pid_list(pids)}): its API "
+                f"SIGSTOP the EngineCore of {target.name} and its children (pids {pid_list(pids)}): its API "
                 f"server (pid {target.vllm_pid}) keeps answering /health 200 while no token is generated"
             )
         elif params.what == "server":
             effect = (
-                f"SIGSTOP the API server of {target.name} (pid {_pid_list(pids)}): /health and every request "
+                f"SIGSTOP the API server of {target.name} (pid {pid_list(pids)}): /health and every request "
                 f"to it hang; Serve replaces {target.name} once its health checks time out"
             )
         else:
             effect = (
                 f"SIGSTOP every process of {target.name}'s vLLM process group {target.vllm_pid} "
-                f"(pids {_pid_list(pids)}): /health hangs; Serve replaces {target.name} once its health checks time out"
+                f"(pids {pid_list(pids)}): /health hangs; Serve replaces {target.name} once its health checks time out"
             )
         until = (
             f"resumed after {params.duration_s:g} s or by revert"
@@ -323,21 +218,21 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
         self, env: RayProcessEnvironment, params: HangEngineParams, handle: FaultHandle, ledger: Ledger
     ) -> None:
         replica, entries = handle.state["replica"], handle.state["processes"]
-        changed = [f"{e['pid']} ({e['name']})" for e in entries if _same_process(e) is None]
+        changed = [f"{e['pid']} ({e['name']})" for e in entries if same_process(e) is None]
         if changed:
             raise FaultError(
                 f"{self.name}: {replica}: pids {', '.join(changed)} are gone since the plan; nothing was stopped"
             )
-        stopped, gone, failed = _signal(entries, signal.SIGSTOP)
+        stopped, gone, failed = signal_recorded(entries, signal.SIGSTOP)
         if gone or failed:
             # Leave nothing half-frozen: an injection either stops every planned process or none.
-            _signal([e for e in entries if e["pid"] in stopped], signal.SIGCONT)
+            signal_recorded([e for e in entries if e["pid"] in stopped], signal.SIGCONT)
             problems = [f"pid {pid} is gone" for pid in gone] + failed
             raise FaultError(
-                f"{self.name}: {replica}: could not stop {'; '.join(problems)}; resumed pids {_pid_list(stopped)} again"
+                f"{self.name}: {replica}: could not stop {'; '.join(problems)}; resumed pids {pid_list(stopped)} again"
             )
         handle.injected_at = time.time()
-        states = _wait_stopped(entries, STOP_CONFIRM_S)
+        states = wait_stopped(entries, STOP_CONFIRM_S)
         handle.state["states_at_inject"] = states
         handle.state["all_stopped_at_inject"] = all(s == "T" for s in states.values())
         if not handle.state["all_stopped_at_inject"]:
@@ -350,7 +245,7 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             self._schedule_resume(handle, handle.state["resume_due_at"] - time.time())
         ledger.record(handle)
         logger.info("%s [%s]: %s: stopped pids %s (states %s)",
-                    self.name, handle.id, replica, _pid_list(stopped), states)  # fmt: skip
+                    self.name, handle.id, replica, pid_list(stopped), states)  # fmt: skip
         handle.state["metrics_at_inject"] = read_progress(handle.state["metrics_url"])
 
     def _schedule_resume(self, handle: FaultHandle, delay_s: float) -> None:
@@ -373,8 +268,8 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             resumer = _RESUMERS.pop(handle.id, None)
             if resumer is not None:
                 resumer.timer.cancel()
-            stopped_before = [int(e["pid"]) for e in entries if _state_of(e) == "T"]
-            sent, gone, failed = _signal(entries, signal.SIGCONT)
+            stopped_before = [int(e["pid"]) for e in entries if state_of(e) == "T"]
+            sent, gone, failed = signal_recorded(entries, signal.SIGCONT)
         if failed:
             raise FaultError(f"{self.name}: {replica}: could not resume {'; '.join(failed)}")
         now = time.time()
@@ -389,7 +284,7 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
                 handle.state.update(resumed_at=due, resumed_by="timer")
         logger.info(
             "%s [%s]: %s: sent SIGCONT to pids %s (stopped until now: %s; gone or reused: %s)",
-            self.name, handle.id, replica, _pid_list(sent), _pid_list(stopped_before), _pid_list(gone),
+            self.name, handle.id, replica, pid_list(sent), pid_list(stopped_before), pid_list(gone),
         )  # fmt: skip
 
     def _resumed(self, handle: FaultHandle, states: dict[str, str]) -> tuple[float | None, str | None]:
@@ -412,7 +307,7 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
         replica, what = state["replica"], state["what"]
         entries = state["processes"]
         pids = [int(e["pid"]) for e in entries]
-        states = {str(e["pid"]): _state_of(e) for e in entries}
+        states = {str(e["pid"]): state_of(e) for e in entries}
         resumed_at, resumed_by = self._resumed(handle, states)
         hanging = resumed_at is None and handle.reverted_at is None
         stopped_at_inject = bool(state.get("all_stopped_at_inject"))
@@ -474,15 +369,15 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
         """One line, the replica and pids first, then what a user of it sees."""
         if not stopped_at_inject:
             return (
-                f"{replica}: {WHAT[what]} pids {_pid_list(pids)} were not all stopped after SIGSTOP "
+                f"{replica}: {WHAT[what]} pids {pid_list(pids)} were not all stopped after SIGSTOP "
                 f"(states {state.get('states_at_inject', {})})"
             )
         if running:
             return (
-                f"{replica}: {WHAT[what]} pids {_pid_list(running)} run again (states {symptoms['states_now']}) "
+                f"{replica}: {WHAT[what]} pids {pid_list(running)} run again (states {symptoms['states_now']}) "
                 f"though neither the timer nor revert resumed them"
             )
-        parts = [f"{replica} hung: {WHAT[what]} pids {_pid_list(pids)} stopped (state T)"]
+        parts = [f"{replica} hung: {WHAT[what]} pids {pid_list(pids)} stopped (state T)"]
         status, error = symptoms["health_status"], symptoms["health_error"]
         parts.append(
             error if status is None else f"/health {'still ' if status == 200 else ''}answered {status}"
@@ -499,7 +394,7 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
                 f"reported {symptoms['running_now']:g} running, {symptoms['waiting_now']:g} waiting)"
             )
         if symptoms["pids_gone"]:
-            parts.append(f"pids {_pid_list(symptoms['pids_gone'])} have gone since")
+            parts.append(f"pids {pid_list(symptoms['pids_gone'])} have gone since")
         if symptoms["resumed_by"]:
             parts.append(f"resumed by {symptoms['resumed_by']} after {symptoms['hung_for_s']:g} s")
         return "; ".join(parts)

@@ -26,7 +26,8 @@ from inferchaos.faults.base import FaultHandle, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm import hang
-from inferchaos.faults.vllm.hang import HangEngine, process_state
+from inferchaos.faults.vllm.hang import HangEngine
+from inferchaos.faults.vllm.processes import process_state, same_process
 from inferchaos.primitives.processes import descendants, free_port
 from tests.fakes.replica_env import FakeReplicaEnv
 from tests.fakes.vllm_process_tree import ENGINE_TITLE
@@ -310,7 +311,7 @@ def test_revert_after_the_processes_exited_is_a_no_op(tree: Tree, tmp_path: Path
     procs = [psutil.Process(pid) for pid in tree.pids]
     for proc in procs:
         proc.kill()
-    assert wait_until(lambda: all(hang._same_process(e) is None for e in handle.state["processes"]), 10, 0.05)
+    assert wait_until(lambda: all(same_process(e) is None for e in handle.state["processes"]), 10, 0.05)
 
     fault.revert(tree.env(), handle, ledger)
     assert ledger.is_empty()
