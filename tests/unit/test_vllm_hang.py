@@ -1,6 +1,6 @@
 """vllm.hang_engine on real processes: a stand-in vLLM process group is frozen, shown hung, and resumed.
 
-Each test starts its own tree (tests/fakes/vllm_process_tree.py: an "API server" answering
+Each test starts its own tree (tests/fakes/vllm_tree.py: an "API server" answering
 /health and /metrics, its "EngineCore" with a "worker" child, and a "helper"), all in one new
 process group, and ends every one of them by pid afterwards.
 """
@@ -14,10 +14,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
@@ -28,31 +26,11 @@ from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm import hang
 from inferchaos.faults.vllm.hang import HangEngine
 from inferchaos.faults.vllm.processes import process_state, same_process
-from inferchaos.primitives.processes import descendants, free_port
 from tests.fakes.replica_env import FakeReplicaEnv
-from tests.fakes.vllm_process_tree import ENGINE_TITLE
+from tests.fakes.vllm_tree import Tree, answers, running_tree
 
 REPO = Path(__file__).resolve().parents[2]
-TREE_SCRIPT = REPO / "tests" / "fakes" / "vllm_process_tree.py"
 FLOODED = REPO / "tests" / "fixtures" / "metrics" / "vllm_flooded.txt"
-
-
-@dataclass
-class Tree:
-    """The stand-in process group of replica-0, by role."""
-
-    server: int
-    engine: int
-    worker: int
-    helper: int
-    url: str
-
-    @property
-    def pids(self) -> set[int]:
-        return {self.server, self.engine, self.worker, self.helper}
-
-    def env(self, others: tuple[str, ...] = ("healthy",)) -> FakeReplicaEnv:
-        return FakeReplicaEnv.around(self.server, self.url, others)
 
 
 def _states(pids: set[int]) -> dict[int, str | None]:
@@ -61,23 +39,6 @@ def _states(pids: set[int]) -> dict[int, str | None]:
 
 def _stopped(pids: set[int]) -> set[int]:
     return {pid for pid, state in _states(pids).items() if state == "T"}
-
-
-def _roles(server_pid: int) -> dict[str, int]:
-    roles = {}
-    for proc in descendants(server_pid)[1:]:
-        try:
-            roles[proc.cmdline()[-1]] = proc.pid
-        except (psutil.NoSuchProcess, IndexError):
-            continue
-    return roles
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture(autouse=True)
@@ -90,28 +51,8 @@ def short_http_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
 def tree(tmp_path: Path) -> Iterator[Tree]:
     metrics = tmp_path / "metrics.txt"
     metrics.write_text(FLOODED.read_text())
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, str(TREE_SCRIPT), "server", str(port), str(metrics)], start_new_session=True
-    )
-    started: list[psutil.Process] = []
-    try:
-        up = wait_until(lambda: len(_roles(server.pid)) == 3 and _answers(url), 30, 0.05)
-        assert up is not None, f"the stand-in vLLM tree did not come up: {_roles(server.pid)}"
-        started = descendants(server.pid)
-        roles = _roles(server.pid)
-        yield Tree(server.pid, roles[ENGINE_TITLE], roles["worker"], roles["helper"], url)
-    finally:
-        # By pid (psutil refuses a pid that was reused), stopped or not: SIGKILL ends both.
-        for proc in started:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                continue
-        if not started:
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=10)
+    with running_tree(metrics) as started:
+        yield started
 
 
 class WatchingLedger(Ledger):
@@ -257,7 +198,7 @@ def test_a_stopped_server_leaves_health_and_metrics_unanswered(
 
     fault.revert(tree.env(), handle, ledger)
     assert not _stopped(tree.pids) and ledger.is_empty()
-    assert _answers(tree.url)
+    assert answers(tree.url)
 
 
 def test_evidence_says_the_hang_did_not_hold_when_something_else_resumed_it(
