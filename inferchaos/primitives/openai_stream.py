@@ -132,13 +132,20 @@ async def stream_completion_async(
 
 
 def stream_completion(
-    base_url: str, model: str, prompt: str, max_tokens: int = 16, timeout_s: float = 30.0
+    base_url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int = 16,
+    timeout_s: float = 30.0,
+    extra: dict[str, Any] | None = None,
 ) -> StreamResult:
-    """Blocking wrapper of :func:`stream_completion_async` for CLIs and tests."""
+    """Blocking wrapper of :func:`stream_completion_async` for CLIs, faults and tests."""
     import asyncio
 
     async def run() -> StreamResult:
         async with httpx.AsyncClient() as client:
-            return await stream_completion_async(client, base_url, model, prompt, max_tokens, timeout_s)
+            return await stream_completion_async(
+                client, base_url, model, prompt, max_tokens, timeout_s, extra
+            )
 
     return asyncio.run(run())
