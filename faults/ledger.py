@@ -71,6 +71,10 @@ class Ledger:
         """Drop the entry once its revert has completed; idempotent."""
         self._path(handle_id).unlink(missing_ok=True)
 
+    def holds(self, handle_id: str) -> bool:
+        """Whether the entry of ``handle_id`` is still on disk: it is until its revert completes, in any process."""
+        return self._path(handle_id).is_file()
+
     def scan(self) -> LedgerScan:
         """Read every entry; one that cannot be read is listed with its reason, never raised or removed."""
         scan = LedgerScan()
