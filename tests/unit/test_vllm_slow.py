@@ -1,0 +1,677 @@
+"""vllm.slow_engine: its parameters, the quota rule, the cgroup primitives on a fake tree, and real slowdowns.
+
+The cgroup primitives are checked against a tree of plain files under tmp_path (the layout
+of a v1 cpu hierarchy or a v2 root). The fault itself acts on real processes: the stand-in
+vLLM process group of tests/fakes/vllm_tree.py, whose "API server" streams completions at a
+speed bound by its CPU, and a busy child process for the duty-cycle thread. The cgroup
+mechanism is exercised on this machine's real cpu controller where one is writable (root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from inferchaos.errors import ConfigError, FaultError
+from inferchaos.faults.base import FaultHandle, wait_until
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import get_fault
+from inferchaos.faults.vllm import slow
+from inferchaos.faults.vllm.processes import process_state
+from inferchaos.faults.vllm.slow import DutyCycle, SlowEngine, SlowEngineParams, duty_phases
+from inferchaos.layers import Layer
+from inferchaos.params import InvalidValue
+from inferchaos.primitives import cpu_quota
+from inferchaos.primitives.cpu_quota import CpuController, CpuGroup, CpuQuotaError
+from tests.fakes.replica_env import FakeReplicaEnv
+from tests.fakes.vllm_tree import Tree, running_tree
+
+REPO = Path(__file__).resolve().parents[2]
+FLOODED = REPO / "tests" / "fixtures" / "metrics" / "vllm_flooded.txt"
+NOWHERE = FakeReplicaEnv.around(999_999, "http://127.0.0.1:1")
+REAL_CPU, NO_CPU_CGROUP = cpu_quota.cpu_quota_available()
+needs_cpu_cgroup = pytest.mark.skipif(
+    REAL_CPU is None, reason=f"no writable cpu cgroup here: {NO_CPU_CGROUP}"
+)
+
+
+def _stopped(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if process_state(pid) == "T"}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text(FLOODED.read_text())
+    with running_tree(metrics) as started:
+        yield started
+    # A test that failed half-way may leave its cgroup behind: its processes are gone now.
+    if REAL_CPU is not None:
+        for group in REAL_CPU.root.glob("inferchaos-fake-local-slow-*"):
+            _remove_when_empty(group)
+
+
+def _remove_when_empty(group: Path) -> None:
+    wait_until(lambda: not cpu_quota.group_pids(group), 5, 0.05)
+    cpu_quota.remove_group(group)
+
+
+@pytest.fixture
+def busy_child() -> Iterator[psutil.Process]:
+    """A process that keeps one core busy, in its own session, ended by its process group."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        yield psutil.Process(child.pid)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+
+
+# -- parameters ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slowdown", [1, 1.0, 0.5, 0, -3])
+def test_a_slowdown_that_is_not_more_than_1_is_refused(slowdown: float) -> None:
+    with pytest.raises(ConfigError, match=r"vllm.slow_engine: slowdown: must be a finite number more than 1"):
+        SlowEngine().plan(NOWHERE, {"slowdown": slowdown})
+
+
+@pytest.mark.parametrize("slowdown", [float("nan"), float("inf"), float("-inf")])
+def test_a_slowdown_that_is_not_finite_is_refused(slowdown: float) -> None:
+    with pytest.raises(ConfigError, match=r"parameter 'slowdown' must be a finite number"):
+        SlowEngine().plan(NOWHERE, {"slowdown": slowdown})
+
+
+@pytest.mark.parametrize("slowdown", [float("nan"), float("inf"), 1.0])
+def test_the_params_check_themselves_when_built_directly(slowdown: float) -> None:
+    with pytest.raises(InvalidValue, match="slowdown: must be a finite number more than 1"):
+        SlowEngineParams(slowdown=slowdown)
+
+
+def test_a_slowdown_must_be_a_number() -> None:
+    with pytest.raises(ConfigError, match=r"parameter 'slowdown' must be float, got 'x10'"):
+        SlowEngine().plan(NOWHERE, {"slowdown": "x10"})
+
+
+@pytest.mark.parametrize("mechanism", ["freeze", "", "CGROUP"])
+def test_an_unknown_mechanism_is_refused_naming_the_choices(mechanism: str) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=rf"vllm.slow_engine: mechanism: must be one of auto, cgroup, duty_cycle; got '{mechanism}'",
+    ):
+        SlowEngine().plan(NOWHERE, {"mechanism": mechanism})
+
+
+def test_a_duration_that_is_not_positive_is_refused() -> None:
+    with pytest.raises(ConfigError, match="duration_s: must be more than 0 seconds, got 0"):
+        SlowEngine().plan(NOWHERE, {"duration_s": 0})
+
+
+def test_an_unknown_replica_is_refused_listing_the_known_ones() -> None:
+    with pytest.raises(
+        ConfigError, match=r"no replica named 'replica-7'; known: \['replica-0', 'replica-1'\]"
+    ):
+        SlowEngine().plan(NOWHERE, {"replica": 7})
+
+
+# -- the rules --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "cores", "period", "quota"),
+    [
+        (10, 2, 100_000, 20_000),
+        (10, 1, 100_000, 10_000),
+        (4, 1.5, 100_000, 37_500),
+        (2.5, 1, 50_000, 20_000),
+        (1000, 1, 100_000, 1_000),  # the kernel's smallest quota
+        (10, 0.05, 100_000, 1_000),
+    ],
+)
+def test_the_quota_is_the_cores_used_per_period_divided_by_the_slowdown(
+    slowdown: float, cores: float, period: int, quota: int
+) -> None:
+    assert cpu_quota.quota_us(slowdown, cores, period) == quota
+
+
+@pytest.mark.parametrize(("slowdown", "cores"), [(0, 1), (10, 0), (-1, 2)])
+def test_the_quota_rule_refuses_what_makes_no_quota(slowdown: float, cores: float) -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        cpu_quota.quota_us(slowdown, cores)
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "stopped", "running"), [(10, 0.09, 0.01), (4, 0.075, 0.025), (2, 0.05, 0.05)]
+)
+def test_the_duty_cycle_runs_one_slowdown_th_of_each_period(
+    slowdown: float, stopped: float, running: float
+) -> None:
+    assert duty_phases(slowdown) == pytest.approx((stopped, running))
+
+
+# -- the cgroup primitives on a fake tree -----------------------------------------------------
+
+
+def _v1_tree(root: Path, mount: str = "cpu") -> Path:
+    hierarchy = root / mount
+    hierarchy.mkdir(parents=True)
+    (hierarchy / "cpu.cfs_quota_us").write_text("-1\n")
+    (hierarchy / "cpu.cfs_period_us").write_text("100000\n")
+    (hierarchy / "cgroup.procs").write_text("1\n")
+    return hierarchy
+
+
+def _v2_tree(root: Path, subtree: str = "memory") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "cgroup.subtree_control").write_text(f"{subtree}\n")
+    (root / "cgroup.procs").write_text("1\n")
+    return root
+
+
+def _play_the_kernel_removing(group: CpuGroup) -> None:
+    # On the cgroup filesystem the control files vanish with their directory; here they are files.
+    for path in group.path.iterdir():
+        path.unlink()
+
+
+@pytest.mark.parametrize("mount", ["cpu", "cpu,cpuacct"])
+def test_v1_is_found_under_the_root_and_at_its_own_mount(tmp_path: Path, mount: str) -> None:
+    hierarchy = _v1_tree(tmp_path, mount)
+    assert cpu_quota.find_cpu_controller(tmp_path) == CpuController(1, hierarchy)
+    assert cpu_quota.find_cpu_controller(hierarchy) == CpuController(1, hierarchy)
+    assert cpu_quota.cpu_quota_available(tmp_path) == (CpuController(1, hierarchy), "")
+
+
+def test_v2_is_found_where_the_root_lists_the_cpu_controller(tmp_path: Path) -> None:
+    _v2_tree(tmp_path / "unified")
+    assert cpu_quota.find_cpu_controller(tmp_path) == CpuController(2, tmp_path / "unified")
+    _v2_tree(tmp_path / "pure")
+    assert cpu_quota.find_cpu_controller(tmp_path / "pure") == CpuController(2, tmp_path / "pure")
+
+
+def test_no_controller_is_found_without_cpu_files_or_the_v2_cpu_controller(tmp_path: Path) -> None:
+    assert cpu_quota.cpu_quota_available(tmp_path) == (None, f"no cgroup cpu controller under {tmp_path}")
+    (tmp_path / "cgroup.controllers").write_text("memory pids\n")
+    assert cpu_quota.find_cpu_controller(tmp_path) is None
+
+
+def test_v1_group_gets_its_period_and_quota_and_takes_pids(tmp_path: Path) -> None:
+    controller = CpuController(1, _v1_tree(tmp_path))
+    group = cpu_quota.create_group(controller, "inferchaos-x-slow-1", 20_000)
+    assert group.path == tmp_path / "cpu" / "inferchaos-x-slow-1" and group.relative == "/inferchaos-x-slow-1"
+    assert (group.path / "cpu.cfs_period_us").read_text() == "100000"
+    assert (group.path / "cpu.cfs_quota_us").read_text() == "20000"
+    assert cpu_quota.read_quota(group.path, 1) == (20_000, 100_000)
+    assert cpu_quota.read_quota(controller.root, 1) == (None, 100_000)
+    assert cpu_quota.move(group.path, 4242)
+    assert cpu_quota.group_pids(group.path) == [4242]
+    # The same group again (a retried inject): reused, quota rewritten.
+    cpu_quota.create_group(controller, "inferchaos-x-slow-1", 5_000, 50_000)
+    assert cpu_quota.read_quota(group.path, 1) == (5_000, 50_000)
+
+
+def test_v2_group_enables_cpu_for_children_and_writes_cpu_max(tmp_path: Path) -> None:
+    controller = CpuController(2, _v2_tree(tmp_path))
+    group = cpu_quota.create_group(controller, "inferchaos-x-slow-2", 20_000)
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"
+    assert (group.path / "cpu.max").read_text() == "20000 100000"
+    assert cpu_quota.read_quota(group.path, 2) == (20_000, 100_000)
+    (group.path / "cpu.max").write_text("max 100000\n")
+    assert cpu_quota.read_quota(group.path, 2) == (None, 100_000)
+
+
+def test_v2_leaves_subtree_control_alone_when_cpu_is_on_already(tmp_path: Path) -> None:
+    controller = CpuController(2, _v2_tree(tmp_path, subtree="cpu memory"))
+    cpu_quota.create_group(controller, "g", 1_000)
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "cpu memory\n"
+
+
+def test_a_group_is_removed_only_once_empty_and_removing_twice_is_harmless(tmp_path: Path) -> None:
+    controller = CpuController(1, _v1_tree(tmp_path))
+    group = cpu_quota.create_group(controller, "g", 10_000)
+    cpu_quota.move(group.path, 4242)
+    with pytest.raises(CpuQuotaError, match=r"could not remove cgroup .*/g: .*\(pids still in it: 4242\)"):
+        cpu_quota.remove_group(group.path)
+    _play_the_kernel_removing(group)
+    assert cpu_quota.remove_group(group.path) is True
+    assert cpu_quota.remove_group(group.path) is False
+    assert cpu_quota.group_pids(group.path) == []
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..", "."])
+def test_a_group_name_must_be_one_directory(tmp_path: Path, name: str) -> None:
+    with pytest.raises(CpuQuotaError, match="is not a cgroup name"):
+        cpu_quota.create_group(CpuController(1, _v1_tree(tmp_path)), name, 10_000)
+
+
+def test_a_quota_below_the_kernels_minimum_is_refused(tmp_path: Path) -> None:
+    group = cpu_quota.create_group(CpuController(1, _v1_tree(tmp_path)), "g", 10_000)
+    with pytest.raises(CpuQuotaError, match="at least 1000 us"):
+        cpu_quota.set_quota(group, 999)
+
+
+def test_a_write_the_tree_refuses_is_one_cpu_quota_error(tmp_path: Path) -> None:
+    controller = CpuController(1, tmp_path / "missing")
+    with pytest.raises(CpuQuotaError, match="could not create cgroup"):
+        cpu_quota.create_group(controller, "g", 10_000)
+
+
+def test_proc_cgroup_lines_name_the_cpu_cgroup_per_version() -> None:
+    text = "12:cpu,cpuacct:/a/b\n4:memory:/m\n1:name=systemd:/\n0::/unified/x\n"
+    assert cpu_quota.parse_proc_cgroup(text, 1) == "/a/b"
+    assert cpu_quota.parse_proc_cgroup(text, 2) == "/unified/x"
+    assert cpu_quota.parse_proc_cgroup("3:cpuset:/s\n2:cpuacct:/\n", 1) is None
+    assert cpu_quota.parse_proc_cgroup("", 2) is None
+
+
+def test_a_controller_names_paths_as_proc_does(tmp_path: Path) -> None:
+    controller = CpuController(1, tmp_path)
+    assert controller.path_of("/a/b") == tmp_path / "a" / "b"
+    assert controller.relative(tmp_path / "a" / "b") == "/a/b"
+    assert controller.relative(tmp_path) == "/"
+    assert cpu_quota.process_cgroup(os.getpid(), controller) is not None
+    assert cpu_quota.process_cgroup(999_999_999, controller) is None
+
+
+def test_a_missing_group_holds_no_pids_and_moving_a_gone_pid_is_false(tmp_path: Path) -> None:
+    assert cpu_quota.group_pids(tmp_path / "nothing") == []
+    if REAL_CPU is not None:
+        # The kernel answers ESRCH for a pid that is gone: nothing to move.
+        assert cpu_quota.move(REAL_CPU.root, 999_999_999) is False
+
+
+# -- the duty cycle on a real process ---------------------------------------------------------
+
+
+def test_the_duty_cycle_stops_a_busy_process_part_of_the_time_and_resumes_it(
+    busy_child: psutil.Process,
+) -> None:
+    duty = DutyCycle("test-duty", [busy_child], slowdown=4)
+    duty.start()
+    try:
+        states = []
+        for _ in range(60):
+            states.append(process_state(busy_child.pid))
+            time.sleep(0.013)  # not a divisor of the 100 ms period: samples fall all over it
+    finally:
+        duty.stop()
+    stopped = states.count("T") / len(states)
+    print(f"stopped in {stopped:.2f} of {len(states)} samples (0.75 wanted)")
+    assert 0.4 <= stopped < 1.0, states
+    assert duty.cycles >= 5
+    assert not duty.is_alive()
+    assert wait_until(lambda: process_state(busy_child.pid) != "T", 2, 0.01)
+    assert duty.resumed_at is None, "ended by stop(), not by its deadline"
+    duty.stop()  # twice: nothing left to do
+    time.sleep(0.15)
+    assert process_state(busy_child.pid) != "T"
+
+
+def test_the_duty_cycle_ends_by_itself_at_its_deadline_or_when_no_longer_wanted(
+    busy_child: psutil.Process,
+) -> None:
+    duty = DutyCycle("test-duty", [busy_child], slowdown=10, deadline=time.time() + 0.3)
+    duty.start()
+    duty.join(2)
+    assert not duty.is_alive() and duty.resumed_at is not None
+    assert process_state(busy_child.pid) != "T"
+
+    wanted = [True]
+    duty = DutyCycle("test-duty", [busy_child], slowdown=10, still_wanted=lambda: wanted[0])
+    duty.start()
+    time.sleep(0.25)
+    wanted[0] = False
+    duty.join(2)
+    assert not duty.is_alive() and duty.resumed_at is None
+    assert process_state(busy_child.pid) != "T"
+
+
+# -- the fault on the stand-in replica: plan ---------------------------------------------------
+
+
+def test_plan_lists_the_whole_process_group_and_touches_nothing(tree: Tree) -> None:
+    plan = SlowEngine().plan(tree.env(), {"mechanism": "duty_cycle"})
+    assert plan.targets[0] == "replica:replica-0"
+    assert {int(t.removeprefix("pid:")) for t in plan.targets[1:]} == tree.pids
+    assert "SIGSTOP replica-0's vLLM process group" in plan.description
+    assert "90 ms of every 100 ms" in plan.description and "replica-1 keeps full speed" in plan.description
+    assert not _stopped(tree.pids)
+
+
+def test_plan_refuses_the_only_healthy_replica_unless_a_total_outage_is_allowed(tree: Tree) -> None:
+    env = tree.env(others=("starting",))
+    with pytest.raises(ConfigError, match="replica-0 is the only healthy replica; set allow_total_outage"):
+        SlowEngine().plan(env, {"mechanism": "duty_cycle"})
+    assert SlowEngine().plan(env, {"mechanism": "duty_cycle", "allow_total_outage": True}).targets
+
+
+def test_plan_refuses_processes_that_are_stopped(tree: Tree) -> None:
+    os.kill(tree.engine, signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: process_state(tree.engine) == "T", 5, 0.01)
+        with pytest.raises(ConfigError, match=f"pids {tree.engine} are stopped"):
+            SlowEngine().plan(tree.env(), {"mechanism": "duty_cycle"})
+    finally:
+        os.kill(tree.engine, signal.SIGCONT)
+
+
+class NoCgroupHere(SlowEngine):
+    """The fault on a machine whose cgroup tree has no cpu controller."""
+
+    cgroup_root = Path("/nonexistent-cgroup-root")
+
+
+def test_auto_falls_back_to_the_duty_cycle_and_cgroup_is_refused_where_no_cpu_cgroup_is(tree: Tree) -> None:
+    plan = NoCgroupHere().plan(tree.env(), {})
+    assert "SIGSTOP" in plan.description
+    with pytest.raises(
+        ConfigError,
+        match="mechanism cgroup is not available here: no cgroup cpu controller under /nonexistent",
+    ):
+        NoCgroupHere().plan(tree.env(), {"mechanism": "cgroup"})
+
+
+@needs_cpu_cgroup
+def test_auto_picks_the_cgroup_where_one_is_writable(tree: Tree) -> None:
+    plan = SlowEngine().plan(tree.env(), {})
+    assert "into a new cgroup under" in plan.description
+    assert plan.targets[-1].startswith(f"cgroup:{REAL_CPU.root if REAL_CPU else ''}/inferchaos-")
+
+
+def test_inject_refuses_a_replica_that_serves_no_probe_and_slows_nothing(tree: Tree, tmp_path: Path) -> None:
+    env = tree.env()
+    env.records[0].url = "http://127.0.0.1:1"  # its processes live, its port answers nothing
+    with pytest.raises(FaultError, match="could not read the served model from http://127.0.0.1:1/v1/models"):
+        SlowEngine().inject(env, {"mechanism": "duty_cycle"}, Ledger(tmp_path / "ledger"))
+    assert not _stopped(tree.pids)
+
+
+# -- inject, evidence, revert: the duty cycle ---------------------------------------------------
+
+
+class WatchingLedger(Ledger):
+    """A ledger that notes, at each write, which of the watched pids were stopped."""
+
+    def __init__(self, folder: Path, watched: set[int]) -> None:
+        super().__init__(folder)
+        self.watched = watched
+        self.stopped_at_writes: list[set[int]] = []
+
+    def record(self, handle: FaultHandle) -> None:
+        self.stopped_at_writes.append(_stopped(self.watched))
+        super().record(handle)
+
+
+def test_duty_cycle_slows_the_replica_by_at_least_half_the_asked_factor_and_revert_restores_it(
+    tree: Tree, tmp_path: Path
+) -> None:
+    ledger = WatchingLedger(tmp_path / "ledger", tree.pids)
+    fault = SlowEngine()
+    handle = fault.inject(tree.env(), {"mechanism": "duty_cycle", "slowdown": 4}, ledger)
+    try:
+        assert ledger.stopped_at_writes[0] == set(), "the entry was on disk before anything was stopped"
+        (entry,) = Ledger(tmp_path / "ledger").entries()
+        assert {p["pid"] for p in entry.state["processes"]} == tree.pids
+        assert all(p["create_time"] > 0 for p in entry.state["processes"])
+
+        evidence = fault.evidence(tree.env(), handle)
+        print("duty-cycle evidence:", evidence.reason)
+        assert evidence.bit, evidence.reason
+        symptoms = evidence.symptoms
+        assert symptoms["mechanism"] == "duty_cycle"
+        assert symptoms["duty_cycle"] == pytest.approx(
+            {"period_s": 0.1, "stopped_s": 0.075, "running_s": 0.025}
+        )
+        assert symptoms["tokens_per_s_during"] <= symptoms["tokens_per_s_before"] / 2
+        assert symptoms["served_during"] is True and symptoms["escaped_pids"] == []
+        assert "replica-0 slowed by SIGSTOP duty cycle" in evidence.reason
+        assert set(evidence.timestamps) == {"injected_at"}
+    finally:
+        fault.revert(tree.env(), handle, ledger)
+
+    assert wait_until(lambda: not _stopped(tree.pids), 2, 0.01)
+    time.sleep(0.15)  # a whole period: nothing stops them again
+    assert not _stopped(tree.pids)
+    assert ledger.is_empty()
+    after = fault.evidence(tree.env(), handle)
+    assert after.bit and after.symptoms["restored_by"] == "revert"
+    assert set(after.timestamps) == {"injected_at", "restored_at", "reverted_at"}
+    fault.revert(tree.env(), handle, ledger)  # twice: nothing left to do, nothing raised
+    assert not _stopped(tree.pids) and ledger.is_empty()
+
+
+def test_duty_cycle_ends_by_itself_after_its_duration(tree: Tree, tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger")
+    fault = SlowEngine()
+    handle = fault.inject(tree.env(), {"mechanism": "duty_cycle", "slowdown": 4, "duration_s": 0.5}, ledger)
+    assert wait_until(lambda: fault.evidence(tree.env(), handle).symptoms["restored_by"] == "timer", 5, 0.1)
+    assert not _stopped(tree.pids)
+    assert not ledger.is_empty(), "the entry stays until revert"
+    fault.revert(tree.env(), handle, ledger)
+    assert ledger.is_empty() and handle.state["restored_by"] == "timer"
+
+
+def test_evidence_says_it_did_not_bite_when_the_speed_barely_dropped() -> None:
+    handle = FaultHandle(
+        SlowEngine.name,
+        Layer.VLLM,
+        {"slowdown": 10, "mechanism": "duty_cycle"},
+        "fake-local",
+        injected_at=time.time(),
+        state={
+            "replica": "replica-0",
+            "mechanism": "duty_cycle",
+            "slowdown": 10,
+            "processes": [{"pid": 999_999_999, "create_time": 1.0, "name": "gone"}],
+            "duty_cycle": {"period_s": 0.1, "stopped_s": 0.09, "running_s": 0.01},
+            "speed_before": {"tokens_per_s": 300.0, "served": True, "samples": []},
+            "speed_during": {"tokens_per_s": 90.0, "served": True, "samples": []},
+        },
+    )
+    evidence = SlowEngine().evidence(NOWHERE, handle)
+    assert not evidence.bit
+    assert evidence.symptoms["observed_slowdown"] == pytest.approx(3.33, abs=0.01)
+    assert evidence.reason.startswith(
+        "replica-0 not slowed enough by SIGSTOP duty cycle: 300 tokens/s before, 90 during (3.33x slower; at least 5x wanted)"
+    )
+    handle.state["speed_during"]["tokens_per_s"] = 60.0
+    assert SlowEngine().evidence(NOWHERE, handle).bit
+
+
+# -- after a crash: `inferchaos cleanup` resumes what a killed injector left stopped ------------
+
+INJECTOR = """
+import sys, time
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.vllm.slow import SlowEngine
+from tests.fakes.replica_env import FakeReplicaEnv
+
+env = FakeReplicaEnv.around(int(sys.argv[1]), sys.argv[2])
+handle = SlowEngine().inject(env, {"mechanism": "duty_cycle", "slowdown": 10}, Ledger())
+print(handle.id, flush=True)
+time.sleep(60)
+"""
+
+
+def test_cleanup_resumes_what_a_killed_duty_cycle_left_stopped(
+    tree: Tree, inferchaos_home: Path, tmp_path: Path
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    injector = subprocess.Popen(
+        [sys.executable, "-c", INJECTOR, str(tree.server), tree.url],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert injector.stdout is not None
+        handle_id = injector.stdout.readline().strip()
+        assert handle_id, "the injector did not report its handle"
+        # Kill it just as a stop phase begins (90 ms long), so it leaves the processes stopped.
+        seen_running = wait_until(lambda: process_state(tree.server) != "T", 2, 0.001)
+        began = wait_until(lambda: process_state(tree.server) == "T", 2, 0.001)
+        assert seen_running and began
+        injector.send_signal(signal.SIGKILL)
+        injector.wait(timeout=10)
+    finally:
+        if injector.poll() is None:
+            injector.kill()
+            injector.wait(timeout=10)
+    time.sleep(0.3)  # longer than a period: nothing resumes them any more
+    assert _stopped(tree.pids) == tree.pids
+    entry = json.loads((inferchaos_home / "ledger" / f"{handle_id}.json").read_text())
+    assert entry["fault"] == "vllm.slow_engine" and entry["state"]["mechanism"] == "duty_cycle"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "inferchaos.experiments.cli", "cleanup"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"reverted vllm.slow_engine {handle_id}" in done.stdout
+    assert not _stopped(tree.pids)
+    assert Ledger(inferchaos_home / "ledger").is_empty()
+
+
+def test_a_new_fault_instance_resumes_from_the_handle_read_back(
+    busy_child: psutil.Process, tmp_path: Path
+) -> None:
+    # What the ledger holds for a duty cycle whose injector died in a stop phase.
+    busy_child.suspend()
+    assert wait_until(lambda: process_state(busy_child.pid) == "T", 2, 0.01)
+    ledger = Ledger(tmp_path / "ledger")
+    record = {"pid": busy_child.pid, "create_time": busy_child.create_time(), "name": busy_child.name()}
+    ledger.record(
+        FaultHandle(
+            SlowEngine.name,
+            Layer.VLLM,
+            {"replica": 0, "mechanism": "duty_cycle"},
+            "fake-local",
+            injected_at=time.time(),
+            state={
+                "replica": "replica-0",
+                "mechanism": "duty_cycle",
+                "slowdown": 10.0,
+                "processes": [record],
+            },
+        )
+    )
+    (handle,) = Ledger(tmp_path / "ledger").entries()
+    fault = get_fault(handle.fault)
+    fault.revert(NOWHERE, handle, ledger)
+    assert wait_until(lambda: process_state(busy_child.pid) != "T", 2, 0.01)
+    assert ledger.is_empty() and handle.state["restored_by"] == "revert"
+    fault.revert(NOWHERE, handle, ledger)
+
+
+# -- inject, evidence, revert: the cgroup, on this machine's real cpu controller ---------------
+
+
+def _cgroups(pids: set[int]) -> dict[int, str | None]:
+    assert REAL_CPU is not None
+    return {pid: cpu_quota.process_cgroup(pid, REAL_CPU) for pid in pids}
+
+
+@needs_cpu_cgroup
+def test_cgroup_throttles_the_replica_and_revert_moves_every_process_back(tree: Tree, tmp_path: Path) -> None:
+    assert REAL_CPU is not None
+    originally = _cgroups(tree.pids)
+    ledger = Ledger(tmp_path / "ledger")
+    fault = SlowEngine()
+    handle = fault.inject(tree.env(), {"mechanism": "cgroup", "slowdown": 10}, ledger)
+    group = handle.state["cgroup"]
+    path = Path(group["path"])
+    try:
+        assert path.parent == REAL_CPU.root and path.name == f"inferchaos-fake-local-slow-{handle.id}"
+        assert set(_cgroups(tree.pids).values()) == {group["relative"]}
+        assert sorted(cpu_quota.group_pids(path)) == sorted(tree.pids)
+        assert cpu_quota.read_quota(path, REAL_CPU.version) == (group["quota_us"], 100_000)
+        assert group["cores_basis"] == "measured"
+        assert group["quota_us"] == cpu_quota.quota_us(10, group["cores"])
+        (entry,) = Ledger(tmp_path / "ledger").entries()
+        assert entry.state["cgroup"]["path"] == str(path)
+        assert {str(p["pid"]): p["cgroup"] for p in entry.state["processes"]} == {
+            str(pid): cgroup for pid, cgroup in originally.items()
+        }
+
+        evidence = fault.evidence(tree.env(), handle)
+        print("cgroup evidence:", evidence.reason)
+        assert evidence.bit, evidence.reason
+        assert evidence.symptoms["tokens_per_s_during"] <= evidence.symptoms["tokens_per_s_before"] / 5
+        assert evidence.symptoms["cgroup_exists"] and evidence.symptoms["escaped_pids"] == []
+        assert not _stopped(tree.pids), "a quota throttles; it stops nothing"
+    finally:
+        fault.revert(tree.env(), handle, ledger)
+
+    assert _cgroups(tree.pids) == originally
+    assert not path.exists()
+    assert ledger.is_empty()
+    after = fault.evidence(tree.env(), handle)
+    assert after.bit and after.symptoms["restored_by"] == "revert" and not after.symptoms["cgroup_exists"]
+    fault.revert(tree.env(), handle, ledger)  # twice: nothing left to do
+    assert _cgroups(tree.pids) == originally
+
+
+@needs_cpu_cgroup
+def test_evidence_names_a_process_moved_out_of_the_group_by_someone_else(tree: Tree, tmp_path: Path) -> None:
+    assert REAL_CPU is not None
+    ledger = Ledger(tmp_path / "ledger")
+    fault = SlowEngine()
+    handle = fault.inject(tree.env(), {"mechanism": "cgroup", "slowdown": 4}, ledger)
+    try:
+        cpu_quota.move(REAL_CPU.root, tree.helper)
+        evidence = fault.evidence(tree.env(), handle)
+        assert not evidence.bit
+        assert evidence.symptoms["escaped_pids"] == [tree.helper]
+        assert f"pids {tree.helper} left the cgroup though nothing restored them" in evidence.reason
+    finally:
+        fault.revert(tree.env(), handle, ledger)
+    assert not Path(handle.state["cgroup"]["path"]).exists()
+
+
+@needs_cpu_cgroup
+def test_cgroup_duration_restores_by_timer_and_cleanup_from_the_ledger_finds_nothing_left(
+    tree: Tree, tmp_path: Path
+) -> None:
+    ledger = Ledger(tmp_path / "ledger")
+    handle = SlowEngine().inject(
+        tree.env(), {"mechanism": "cgroup", "slowdown": 4, "duration_s": 0.5}, ledger
+    )
+    path = Path(handle.state["cgroup"]["path"])
+    assert wait_until(lambda: not path.exists(), 5, 0.05), "the timer must remove the group"
+    assert set(_cgroups(tree.pids).values()) != {handle.state["cgroup"]["relative"]}
+    (read_back,) = Ledger(tmp_path / "ledger").entries()
+    fault = get_fault(read_back.fault)
+    fault.revert(tree.env(), read_back, ledger)
+    assert ledger.is_empty()
+    assert read_back.state["restored_by"] == "timer"
+
+
+@needs_cpu_cgroup
+def test_cleanup_from_the_ledger_alone_moves_processes_back_and_removes_the_group(
+    tree: Tree, tmp_path: Path
+) -> None:
+    originally = _cgroups(tree.pids)
+    ledger = Ledger(tmp_path / "ledger")
+    handle = SlowEngine().inject(tree.env(), {"mechanism": "cgroup", "slowdown": 4}, ledger)
+    path = Path(handle.state["cgroup"]["path"])
+    # As after kill -9 of the injector: this process forgets it, the ledger remembers.
+    slow._ACTIVE.pop(handle.id)
+    (read_back,) = Ledger(tmp_path / "ledger").entries()
+    get_fault(read_back.fault).revert(tree.env(), read_back, ledger)
+    assert _cgroups(tree.pids) == originally
+    assert not path.exists() and ledger.is_empty()
+    assert read_back.state["restored_by"] == "revert"
+
+
+def test_the_chaos_toolkit_action_and_rollback_are_generated() -> None:
+    from inferchaos.faults.vllm import actions
+
+    assert {"slow_engine", "rollback_slow_engine"} <= set(actions.__all__)
