@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from inferchaos.errors import ConfigError, FaultError
+from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
 from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, env_name, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
@@ -146,7 +146,8 @@ def is_controller_title(title: str) -> bool:
 def read_controllers(dashboard_url: str, timeout_s: int = STATE_API_TIMEOUT_S) -> list[ControllerSighting]:
     """Every Serve controller Ray's state API at ``dashboard_url`` lists, DEAD ones included.
 
-    The caller has set up Ray's auth token (``connect_ray``). FaultError when the API does not answer.
+    The caller has set up Ray's auth token (``connect_ray``). EnvironmentError_ when the API does not
+    answer: at plan time that is an environment error (nothing injected); later reads note it and go on.
     """
     from ray.exceptions import AuthenticationError
     from ray.util.state import list_actors
@@ -162,7 +163,9 @@ def read_controllers(dashboard_url: str, timeout_s: int = STATE_API_TIMEOUT_S) -
             raise_on_missing_output=False,
         )
     except (RayStateApiException, AuthenticationError, ConnectionError, OSError) as e:
-        raise FaultError(f"Ray's state API at {dashboard_url} did not list the Serve controller: {e}") from e
+        raise EnvironmentError_(
+            f"Ray's state API at {dashboard_url} did not list the Serve controller: {e}"
+        ) from e
     return sightings(actors)
 
 
@@ -246,7 +249,7 @@ class _OutageWatch:
                     return
                 try:
                     seen = read_controllers(self._state["dashboard_url"])
-                except FaultError as e:
+                except EnvironmentError_ as e:
                     # The dashboard may lag under load; the deadline bounds the wait anyway.
                     with self._lock:
                         self.obs.read_errors += 1
@@ -507,7 +510,7 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
         while True:
             try:
                 seen = read_controllers(state["dashboard_url"])
-            except FaultError as e:
+            except EnvironmentError_ as e:
                 state["last_seen"] = f"unreadable: {e}"
             else:
                 now = live_controller(seen)
@@ -531,7 +534,7 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
         try:
             env.connect_ray()
             now = live_controller(read_controllers(state["dashboard_url"]))
-        except FaultError as e:
+        except EnvironmentError_ as e:
             now_error = str(e)
         gone = same_process(int(state["pid"]), float(state["create_time"])) is None
         return controller_evidence(

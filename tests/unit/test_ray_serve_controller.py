@@ -22,7 +22,7 @@ import psutil
 import pytest
 from ray.util.state.common import ActorState
 
-from inferchaos.errors import ConfigError, FaultError
+from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
 from inferchaos.faults.base import FaultHandle, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray import serve_controller
@@ -186,6 +186,15 @@ def test_the_default_recovery_budget_and_a_whole_number_are_accepted() -> None:
 
 
 # -- plan -------------------------------------------------------------------------------------
+
+
+def test_plan_reports_a_state_api_that_does_not_answer_as_an_environment_error() -> None:
+    # Ray's real state-API client, at a port where nothing listens: nothing is injected, exit 2.
+    with pytest.raises(
+        EnvironmentError_, match=r"^Ray's state API at http://127.0.0.1:1 did not list"
+    ) as raised:
+        KillServeController().plan(FakeServeEnv(), {})
+    assert raised.value.exit_code == 2
 
 
 def test_plan_refuses_when_serve_has_no_controller(monkeypatch: pytest.MonkeyPatch) -> None:
