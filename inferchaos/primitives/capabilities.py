@@ -69,6 +69,13 @@ class StatusEnvironment(Protocol):
     def status(self) -> EnvStatus: ...
 
 
+@runtime_checkable
+class ServeProcessEnvironment(RayProcessEnvironment, StatusEnvironment, Protocol):
+    """What the Serve controller kill needs: the embedded environment (the controller's worker
+    process runs on this host) and its status (the front door, and the dashboard that answers
+    Ray's state API)."""
+
+
 class ReplicaSlotConfig(Protocol):
     """The part of a local environment's configuration that sizes its replica slots."""
 

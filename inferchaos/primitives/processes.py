@@ -123,6 +123,25 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+# Start times of one process read by two processes agree to the microsecond; a reused pid
+# starts at least one clock tick (10 ms) later.
+CREATE_TIME_TOLERANCE_S = 0.005
+
+
+def same_process(pid: int, create_time: float) -> psutil.Process | None:
+    """The live process ``pid`` if it is still the one that started at ``create_time``; None when it
+    exited, is a zombie, or its pid now belongs to another process."""
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > CREATE_TIME_TOLERANCE_S:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.NoSuchProcess:
+        return None
+    return proc
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free right now on ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
