@@ -31,6 +31,7 @@ from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, write
 from inferchaos.errors import EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
 from inferchaos.primitives.capabilities import RayEndpoints
+from inferchaos.primitives.cpu_quota import remove_empty_slow_groups
 from inferchaos.primitives.env_status import (
     EnvStatus,
     FrontDoorStatus,
@@ -432,6 +433,8 @@ class LocalEnvironment:
         shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
         shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
         remove_budgets(state.env_id)
+        # A slowed replica's cgroup outlives its processes when cleanup could not run.
+        remove_empty_slow_groups(self.name)
         return sorted(set(ended))
 
     # -- status -----------------------------------------------------------------------------

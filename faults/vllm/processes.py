@@ -19,10 +19,8 @@ import psutil
 from inferchaos.errors import FaultError
 from inferchaos.faults.vllm.engine import find_engine_core
 from inferchaos.primitives.processes import descendants
+from inferchaos.primitives.processes import same_process as same_pid_and_start
 
-# Start times of one process read by two processes agree to the microsecond; a reused pid
-# starts at least one clock tick (10 ms) later.
-CREATE_TIME_TOLERANCE_S = 0.005
 GONE = "gone"
 
 
@@ -39,15 +37,7 @@ def process_state(pid: int) -> str | None:
 
 def same_process(entry: dict[str, Any]) -> psutil.Process | None:
     """The live process ``entry`` recorded (pid and start time), or None when it is gone or its pid was reused."""
-    try:
-        proc = psutil.Process(int(entry["pid"]))
-        if abs(proc.create_time() - float(entry["create_time"])) > CREATE_TIME_TOLERANCE_S:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-    except psutil.NoSuchProcess:
-        return None
-    return proc
+    return same_pid_and_start(int(entry["pid"]), float(entry["create_time"]))
 
 
 def state_of(entry: dict[str, Any]) -> str:

@@ -82,9 +82,6 @@ logger = logging.getLogger(__name__)
 
 NAME = "vllm.slow_engine"
 MECHANISMS = ("auto", "cgroup", "duty_cycle")
-# A new cgroup's name: this prefix and marker tell a later plan that a process is slowed already.
-GROUP_PREFIX = "inferchaos-"
-GROUP_MARKER = "-slow-"
 # The duty cycle's period: short enough that a request sees a steady slow stream rather than
 # pauses, long enough that the two signals per process per period cost little.
 DUTY_PERIOD_S = 0.1
@@ -235,8 +232,7 @@ def _original_dir(controller: CpuController, relative: str | None) -> Path:
 
 
 def _slowed_already(relative: str | None) -> bool:
-    name = (relative or "").rstrip("/").rsplit("/", 1)[-1]
-    return name.startswith(GROUP_PREFIX) and GROUP_MARKER in name
+    return cpu_quota.is_slow_group((relative or "").rstrip("/").rsplit("/", 1)[-1])
 
 
 def restore_cgroup(state: dict[str, Any]) -> tuple[list[int], bool]:
@@ -413,7 +409,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
                     f"{self.name}: {target.name}: pids {pid_list(slowed)} are slowed already; "
                     f"revert that slowdown first (`inferchaos cleanup`)"
                 )
-            targets.append(f"cgroup:{controller.root}/{GROUP_PREFIX}<env>{GROUP_MARKER}<handle>")
+            targets.append(f"cgroup:{controller.root}/{cpu_quota.slow_group_name('<env>', '<handle>')}")
         else:
             stopped_s, running_s = duty_phases(params.slowdown)
             state["duty_cycle"] = {"period_s": DUTY_PERIOD_S, "stopped_s": stopped_s, "running_s": running_s}
@@ -502,7 +498,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         else:
             cores, basis = machine, "cpu_count"
         quota = cpu_quota.quota_us(params.slowdown, cores)
-        name = f"{GROUP_PREFIX}{handle.env}{GROUP_MARKER}{handle.id}"
+        name = cpu_quota.slow_group_name(handle.env, handle.id)
         state["cgroup"] = {
             "path": str(controller.root / name),
             "relative": f"/{name}",

@@ -38,6 +38,9 @@ V1_QUOTA = "cpu.cfs_quota_us"
 V1_PERIOD = "cpu.cfs_period_us"
 V2_MAX = "cpu.max"
 PROCS = "cgroup.procs"
+# A slowed replica's cgroup: inferchaos-<env>-slow-<handle id>.
+SLOW_GROUP_PREFIX = "inferchaos-"
+SLOW_GROUP_MARKER = "-slow-"
 
 
 class CpuQuotaError(InferchaosError):
@@ -244,3 +247,28 @@ def remove_group(path: Path) -> bool:
         raise CpuQuotaError(f"could not remove cgroup {path}: {e.strerror or e}{held}") from e
     logger.debug("removed cgroup %s", path)
     return True
+
+
+def slow_group_name(env: str, handle_id: str) -> str:
+    """The cgroup a slowed replica runs in; the name tells a later plan it is slowed already."""
+    return f"{SLOW_GROUP_PREFIX}{env}{SLOW_GROUP_MARKER}{handle_id}"
+
+
+def is_slow_group(name: str) -> bool:
+    """Whether a cgroup's last path part names a slowed replica's group."""
+    return name.startswith(SLOW_GROUP_PREFIX) and SLOW_GROUP_MARKER in name
+
+
+def remove_empty_slow_groups(env: str, root: Path = CGROUP_ROOT) -> list[str]:
+    """Remove ``env``'s slow groups that hold no process any more (left when cleanup could not run)."""
+    controller = find_cpu_controller(root)
+    removed: list[str] = []
+    if controller is None:
+        return removed
+    for path in controller.root.glob(f"{SLOW_GROUP_PREFIX}{env}{SLOW_GROUP_MARKER}*"):
+        try:
+            if remove_group(path):
+                removed.append(path.name)
+        except CpuQuotaError as e:
+            logger.warning("left cgroup %s: %s", path, e)
+    return removed

@@ -248,6 +248,18 @@ def test_a_group_is_removed_only_once_empty_and_removing_twice_is_harmless(tmp_p
     assert cpu_quota.group_pids(group.path) == []
 
 
+def test_env_down_removes_its_empty_slow_groups_and_leaves_busy_and_foreign_ones(tmp_path: Path) -> None:
+    controller = CpuController(1, _v1_tree(tmp_path))
+    empty = cpu_quota.create_group(controller, cpu_quota.slow_group_name("local", "a1"), 10_000)
+    busy = cpu_quota.create_group(controller, cpu_quota.slow_group_name("local", "b2"), 10_000)
+    foreign = cpu_quota.create_group(controller, cpu_quota.slow_group_name("kind", "c3"), 10_000)
+    cpu_quota.move(busy.path, 4242)
+    _play_the_kernel_removing(empty)
+    assert cpu_quota.remove_empty_slow_groups("local", tmp_path) == [empty.name]
+    assert not empty.path.exists() and busy.path.is_dir() and foreign.path.is_dir()
+    assert cpu_quota.is_slow_group(busy.name) and not cpu_quota.is_slow_group("inferchaos-local-budget-0")
+
+
 @pytest.mark.parametrize("name", ["", "a/b", "..", "."])
 def test_a_group_name_must_be_one_directory(tmp_path: Path, name: str) -> None:
     with pytest.raises(CpuQuotaError, match="is not a cgroup name"):
