@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,17 @@ import pytest
 
 # The shared fakes' fixtures (tests/fakes); every other fake is imported from tests.fakes.
 pytest_plugins = ["tests.fakes.k8s_fixtures", "tests.fakes.gpu_fixtures"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-hog",
+        type=int,
+        default=int(os.environ.get("INFERCHAOS_TEST_CPU_HOG", "0")),
+        metavar="N",
+        help="keep N busy-looping processes running for the whole session, so the scenarios are "
+        "judged on a machine with that many cores taken (env: INFERCHAOS_TEST_CPU_HOG)",
+    )
 
 
 @pytest.fixture
