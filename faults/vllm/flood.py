@@ -48,6 +48,11 @@ WORDS = (
     "ray",
 )
 DEFAULT_MAX_CONCURRENCY = 64
+# The cache counts as saturated from here. A replica whose context is half its cache holds two
+# maximal sequences at once, which fill 0.92 of it at their longest (measured on the local
+# environment: 0.90-1.00 over front-door floods); vLLM leaves a request waiting only when its
+# prompt does not fit in what is left, which the bite also asks for.
+KV_SATURATED = 0.85
 
 
 @dataclass
@@ -56,6 +61,8 @@ class FloodParams:
 
     target: str = FRONT_DOOR
     concurrency: int | None = None
+    # Prompts per replica beyond those whose prompts fit in its cache (default concurrency only).
+    overfill: int = 2
     rate_per_s: float = 0.0
     duration_s: float | None = None
     prompt_fraction: float = 0.7
@@ -70,6 +77,8 @@ class FloodParams:
             )
         if self.rate_per_s < 0 or (self.duration_s is not None and self.duration_s <= 0):
             raise ConfigError(f"{NAME}: rate_per_s must be >= 0 and duration_s positive")
+        if self.overfill < 0:
+            raise ConfigError(f"{NAME}: overfill must be >= 0, got {self.overfill}")
         if self.concurrency is not None:
             self.check_concurrency(self.concurrency)
 
@@ -239,7 +248,7 @@ class _FloodThread(threading.Thread):
                 self.obs.max_kv_usage = max(self.obs.max_kv_usage, snap.kv_cache_usage)
                 self.obs.max_waiting = max(self.obs.max_waiting, snap.waiting)
                 self.obs.preemptions_max = max(self.obs.preemptions_max, snap.preemptions_total)
-                if snap.kv_cache_usage >= 0.9 and self.obs.saturated_at is None:
+                if snap.kv_cache_usage >= KV_SATURATED and self.obs.saturated_at is None:
                     self.obs.saturated_at = time.time()
             first = False
             await asyncio.sleep(0.5)
@@ -284,8 +293,8 @@ class FloodKvCache(TypedFault[FloodParams, StatusEnvironment]):
         max_tokens = max(16, max_len - int(prompt_tokens * 1.1) - 16)
         concurrency = params.concurrency
         if concurrency is None:
-            # Enough prompts to overfill every replica's cache at prefill, plus queued ones.
-            per_replica = math.ceil(capacity / len(target.metrics_urls) / prompt_tokens) + 2
+            # Enough prompts to overfill every replica's cache at prefill, plus ``overfill`` queued ones.
+            per_replica = math.ceil(capacity / len(target.metrics_urls) / prompt_tokens) + params.overfill
             concurrency = per_replica * len(target.metrics_urls)
         params.check_concurrency(concurrency)
         return target, FloodSettings(
@@ -344,7 +353,7 @@ class FloodKvCache(TypedFault[FloodParams, StatusEnvironment]):
         thread = self._threads.get(handle.id)
         obs = asdict(thread.obs) if thread is not None else handle.state.get("observations", {})
         preempted = obs.get("preemptions_max", 0) - obs.get("preemptions_at_start", 0)
-        saturated = obs.get("max_kv_usage", 0.0) >= 0.9
+        saturated = obs.get("max_kv_usage", 0.0) >= KV_SATURATED
         queued = obs.get("max_waiting", 0) > 0 or preempted > 0
         before, during = handle.state.get("probe_ttft_before_s"), handle.state.get("probe_ttft_during_s")
         bit = saturated and queued
