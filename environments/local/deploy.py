@@ -35,6 +35,7 @@ def replica_launch(state: LocalEnvState) -> ReplicaLaunch:
         extra_args=cfg.vllm_extra_args,
         env_id=state.env_id,
         memory_budget_bytes=cfg.replica_memory_mib * 1024 * 1024,
+        health_check=cfg.health_check,
     )
 
 

@@ -17,6 +17,7 @@ import httpx
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.model import ensure_model
+from inferchaos.environments.local.progress_check import OVERRIDE_FILE, HealthCheck, health_check_in_force
 from inferchaos.environments.local.ray_cluster import (
     NODE_IP,
     NODE_RESOURCE_PREFIX,
@@ -224,6 +225,7 @@ class LocalEnvironment:
         token = secrets.token_hex(32)
         write_token(self.state_dir, token)
         shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
+        (self.state_dir / OVERRIDE_FILE).unlink(missing_ok=True)
         state = LocalEnvState(
             env_id=uuid.uuid4().hex[:12],
             created_at=time.time(),
@@ -400,6 +402,20 @@ class LocalEnvironment:
         """What each replica published about itself (stopped ones left out)."""
         return [r for r in read_records(self.load_state().replicas_dir) if r.state != "stopped"]
 
+    def health_check_in_force(self) -> str:
+        """The health check the replicas answer Serve with now (environments/local/progress_check.py)."""
+        return health_check_in_force(self.state_dir, self.load_state().config.health_check)
+
+    def override_health_check(self, mode: str | None) -> None:
+        """Make every replica answer with ``mode`` from its next check on; None restores its own."""
+        path = self.state_dir / OVERRIDE_FILE
+        if mode is None:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(HealthCheck(mode)))
+        os.replace(tmp, path)
+
     def add_worker(self) -> RayNodeRecord:
         """Start a replacement worker node with the configured resources, as an autoscaler would."""
         state = self.load_state()
@@ -431,6 +447,7 @@ class LocalEnvironment:
         for name in (STATE_FILE, "ray_auth_token"):
             (self.state_dir / name).unlink(missing_ok=True)
         shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
+        (self.state_dir / OVERRIDE_FILE).unlink(missing_ok=True)
         shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
         remove_budgets(state.env_id)
         # A slowed replica's cgroup outlives its processes when cleanup could not run.
@@ -463,7 +480,7 @@ class LocalEnvironment:
             env=self.name,
             up=state.ready and any(n.alive for n in nodes),
             ray=RayStatus(address=state.ray_address, dashboard_url=state.dashboard_url, nodes=nodes),
-            vllm=VllmStatus(replicas=replicas),
+            vllm=VllmStatus(replicas=replicas, health_check=self.health_check_in_force()),
             front_door=FrontDoorStatus(url=state.front_door_url, healthy=fd_ok),
             model=ModelStatus(
                 name=state.served_model_name,

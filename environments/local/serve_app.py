@@ -25,6 +25,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from inferchaos.environments.local.progress_check import HealthCheck, ProgressWatch, health_check_in_force
 from inferchaos.errors import EnvironmentStartError
 from inferchaos.primitives.memory_budget import (
     MemoryBudget,
@@ -35,6 +36,7 @@ from inferchaos.primitives.memory_budget import (
 )
 from inferchaos.primitives.processes import ENV_MARKER, port_is_free, spawn_process_group
 from inferchaos.primitives.replica_slots import ReplicaRecord, claim_slot, read_records
+from inferchaos.primitives.vllm_metrics import parse_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ HOP_HEADERS = ("content-type", "accept", "authorization")
 WARM_UP_REQUESTS = 3
 WARM_UP_TOKENS = 4
 WARM_UP_TIMEOUT_S = 30.0
+HEALTH_READ_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class ReplicaLaunch:
     env_id: str = ""
     # The replica's "device memory": a memory cgroup of this size (0: no budget).
     memory_budget_bytes: int = 0
+    health_check: str = HealthCheck.PROGRESS
 
 
 def vllm_argv(launch: ReplicaLaunch, port: int) -> list[str]:
@@ -148,6 +152,7 @@ class VLLMReplica:
 
     def __init__(self, launch: dict[str, Any]) -> None:
         self._launch = ReplicaLaunch(**{**launch, "extra_args": tuple(launch.get("extra_args", ()))})
+        self._progress = ProgressWatch()
         replicas_dir = Path(self._launch.state_dir) / "replicas"
         self._replicas_dir = replicas_dir
         self._slot, self._slot_fd = claim_slot(replicas_dir, self._launch.max_slots)
@@ -262,6 +267,9 @@ class VLLMReplica:
         upstream_request = self._client.build_request(
             request.method, request.url.path, params=request.query_params, content=body, headers=headers
         )
+        # Counted until the headers arrive here; the relay counts the body, so that a response
+        # whose body is never read (its client gone first) leaves no request in flight.
+        self._progress.started(time.monotonic())
         try:
             upstream = await self._client.send(upstream_request, stream=True)
         except httpx.HTTPError as e:
@@ -270,13 +278,18 @@ class VLLMReplica:
                 status_code=503,
                 headers={REPLICA_HEADER: self._name},
             )
+        finally:
+            self._progress.finished(time.monotonic())
 
         async def relay() -> AsyncIterator[bytes]:
             # Closing the upstream stream when the client goes away makes vLLM abort the request.
+            self._progress.started(time.monotonic())
             try:
                 async for chunk in upstream.aiter_raw():
+                    self._progress.progressed(time.monotonic())
                     yield chunk
             finally:
+                self._progress.finished(time.monotonic())
                 await upstream.aclose()
 
         return StreamingResponse(
@@ -287,12 +300,28 @@ class VLLMReplica:
         )
 
     async def check_health(self) -> None:
-        """Serve calls this periodically; raising makes Serve replace the replica."""
+        """Serve calls this periodically; raising makes Serve replace the replica.
+
+        The plain check forwards vLLM's /health; the progress check (the default) also fails
+        a replica whose requests make no progress (environments/local/progress_check.py).
+        """
         if not self._server_alive():
             raise RuntimeError(f"{self._name}: vLLM server pid {self._pid} is gone")
-        response = await self._client.get("/health", timeout=3.0)
+        response = await self._client.get("/health", timeout=HEALTH_READ_TIMEOUT_S)
         if response.status_code != 200:
             raise RuntimeError(f"{self._name}: vLLM /health answered {response.status_code}")
+        now = time.monotonic()
+        if not self._progress.suspect(now):
+            return
+        in_force = health_check_in_force(Path(self._launch.state_dir), self._launch.health_check)
+        if in_force is HealthCheck.PLAIN:
+            return
+        metrics = await self._client.get("/metrics", timeout=HEALTH_READ_TIMEOUT_S)
+        # vLLM's counters of work done; a hung EngineCore freezes both.
+        snapshot = parse_metrics(metrics.text)
+        stalled = self._progress.stalled(now, snapshot.prompt_tokens_total + snapshot.generation_tokens_total)
+        if stalled:
+            raise RuntimeError(f"{self._name}: hung: {stalled}")
 
     def __del__(self) -> None:
         # Serve calls __del__ on graceful shutdown: the vLLM group must not outlive its replica.

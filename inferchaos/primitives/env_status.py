@@ -44,6 +44,9 @@ class ReplicaStatus:
 @dataclass
 class VllmStatus:
     replicas: list[ReplicaStatus] = field(default_factory=list)
+    # What the platform's health check of a replica asks: "progress" (requests must make
+    # progress), "plain" (vLLM's /health) or "unknown" where inferchaos cannot tell.
+    health_check: str = "unknown"
 
 
 @dataclass

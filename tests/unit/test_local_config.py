@@ -29,6 +29,7 @@ def test_defaults_are_valid() -> None:
         (LocalEnvConfig(kv_cache_tokens=1024, model=TinyModelSpec(max_model_len=2048)), "max_model_len"),
         (LocalEnvConfig(front_door_port=80), "front_door_port"),
         (LocalEnvConfig(port_slot=5), "port_slot"),
+        (LocalEnvConfig(health_check="liveness"), "--health-check must be one of progress, plain"),
     ],
 )
 def test_bad_knob_names_itself(config: LocalEnvConfig, message: str) -> None:
