@@ -36,7 +36,7 @@ import bisect
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferchaos.steady_state.aggregates import Aggregate, Point, get_aggregate
 from inferchaos.steady_state.catalog import probe_layer
@@ -58,6 +58,13 @@ class PhaseWindow:
     def contains(self, t: float) -> bool:
         """Whether time ``t`` lies in this phase."""
         return self.start <= t < self.end or (self.closed and t == self.end)
+
+
+def judged_window(slo: Slo, window: PhaseWindow) -> PhaseWindow:
+    """The part of ``window`` that ``slo`` judges: all of it, or what follows its ``after_s``."""
+    if slo.after_s is None:
+        return window
+    return replace(window, start=min(window.end, window.start + slo.after_s))
 
 
 def phase_windows(timeline: Timeline) -> dict[Phase, PhaseWindow]:
@@ -361,12 +368,14 @@ def slo_evolution(slo: Slo, series: Series, sources: Sequence[Source] = ()) -> l
 
 def _where(slo: Slo, window: PhaseWindow, t: float | None = None) -> str:
     """Where an SLO was judged, for reasons: ``the recovery phase (5 s window ending at +12.0 s)``."""
-    phase = f"the {slo.phase.value} phase"
+    phase = f"the {slo.phase.value} phase" + (f" from +{slo.after_s:g} s" if slo.after_s else "")
     if t is None:
         return phase
+    # Offsets count from the phase's start, also where the SLO judges only its later part.
+    offset = t - window.start + (slo.after_s or 0.0)
     if slo.window_s is None:
-        return f"{phase} (the readings at +{t - window.start:.1f} s)"
-    return f"{phase} ({slo.window_s:g} s window ending at +{t - window.start:.1f} s)"
+        return f"{phase} (the readings at +{offset:.1f} s)"
+    return f"{phase} ({slo.window_s:g} s window ending at +{offset:.1f} s)"
 
 
 def _worst(slo: Slo, values: Sequence[float]) -> float:
@@ -393,6 +402,7 @@ def evaluate_slo(
     window = windows.get(slo.phase)
     if window is None:
         return result(False, None, reason=f"the {slo.phase.value} phase never happened in this run")
+    window = judged_window(slo, window)
     series = _slo_series(timeline, slo, window)
     sources = _sources(timeline, slo, window)
     samples = sum(len(points) for points in series.values())
@@ -500,7 +510,7 @@ def detect(
     for slo in spec.slos:
         if slo.phase is not Phase.DURING:
             continue
-        for judged in _held(timeline, _scaled(timeline, slo, windows), during):
+        for judged in _held(timeline, _scaled(timeline, slo, windows), judged_window(slo, during)):
             if not judged.ok:  # a breach, or a source gone silent
                 if first is None or judged.t < first.at:
                     first = Detection(slo.name, judged.t, judged.t - during.start, judged.value)

@@ -96,6 +96,10 @@ class Slo:
     labels: Mapping[str, str] = field(default_factory=dict)
     window_s: float | None = None
     scale: BaselineScale | None = None
+    # Judge the during phase from this many seconds after the injection: the time the platform
+    # is given to notice a fault and act (take a hung replica out of rotation) before users'
+    # requests must succeed again.
+    after_s: float | None = None
 
     @property
     def layer(self) -> str:
@@ -143,7 +147,17 @@ class SloSpec:
         raise KeyError(name)
 
 
-SLO_KEYS: tuple[str, ...] = ("name", "probe", "agg", "op", "threshold", "phase", "labels", "window_s")
+SLO_KEYS: tuple[str, ...] = (
+    "name",
+    "probe",
+    "agg",
+    "op",
+    "threshold",
+    "phase",
+    "labels",
+    "window_s",
+    "after_s",
+)
 SLO_REQUIRED: tuple[str, ...] = ("name", "probe", "agg", "op", "threshold", "phase")
 RECOVERY_KEYS: tuple[str, ...] = ("within_s", "hold_s", "steady")
 
@@ -223,6 +237,9 @@ def _slo(entry: object, path: str, known: Collection[str], open_families: Collec
         _number(entry["threshold"], f"{path}.threshold")
     phase = Phase(_choice(entry["phase"], f"{path}.phase", "phase", [p.value for p in Phase]))
     threshold, scale = _threshold(entry["threshold"], f"{path}.threshold", op, phase)
+    after = entry.get("after_s")
+    if after is not None and phase is not Phase.DURING:
+        raise _fail(f"{path}.after_s", f"applies to the during phase only, not to {phase.value}")
     return Slo(
         name=name,
         probe=probe,
@@ -233,6 +250,7 @@ def _slo(entry: object, path: str, known: Collection[str], open_families: Collec
         labels=_labels(entry.get("labels", {}), f"{path}.labels"),
         window_s=None if window is None else _duration(window, f"{path}.window_s", allow_zero=False),
         scale=scale,
+        after_s=None if after is None else _duration(after, f"{path}.after_s", allow_zero=False),
     )
 
 
