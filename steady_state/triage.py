@@ -54,6 +54,8 @@ class Rule:
     threshold: float | None
     reason: str
     symptom: bool = False
+    # Only readings carrying this label count (a request's replica is known only once one answered).
+    needs_label: str = ""
 
 
 C = Condition
@@ -64,6 +66,11 @@ RULES: tuple[Rule, ...] = (
     Rule(Layer.VLLM, "vllm.num_preemptions_total", C.RISING, 0, "vLLM preempted {value:g} sequence(s) ({labels})"),
     Rule(Layer.VLLM, "vllm.healthy", C.EQUALS, 0, "vLLM /health failing ({labels})", symptom=True),
     Rule(Layer.VLLM, "vllm", C.UNREACHABLE, 0, "vLLM replica not answering ({labels}): {error}", symptom=True),
+    # A hung engine freezes its own numbers and still answers /health 200: what shows it is
+    # users' requests that a replica accepted and never finished.
+    Rule(Layer.VLLM, "canary.success", C.EQUALS, 0,
+         "a user request accepted by a vLLM replica failed ({labels}): timed out or broke off",
+         symptom=True, needs_label="replica"),
     # Device: memory on the card that the replica needs.
     Rule(Layer.DEVICE, "device.available", C.EQUALS, 0, "device unavailable ({labels})"),
     Rule(Layer.DEVICE, "device.free_bytes", C.BELOW, None,
@@ -143,6 +150,8 @@ def _match_level(
     did not already hold, continuously, from before ``since``."""
     found: list[tuple[float, float, str]] = []
     for label_text, points in timeline.series(rule.probe, end=end, include_end=True).items():
+        if rule.needs_label and rule.needs_label not in parse_labels(label_text):
+            continue
         points = sorted(points)
         before = [v for t, v in points if t < since]
         standing = bool(before) and _level_holds(rule.condition, before[-1], threshold)

@@ -263,7 +263,35 @@ def test_the_rule_table_reads_known_probes_of_triage_layers() -> None:
         assert rule.layer in TRIAGE_ORDER
         if rule.condition is Condition.UNREACHABLE:
             assert rule.probe == rule.layer.value
+        elif rule.probe.startswith("canary."):
+            # Users' requests only ever point at a layer as a symptom, through the replica that took them.
+            assert rule.symptom and rule.needs_label == "replica" and rule.probe in KNOWN_PROBES
         else:
             assert rule.probe in KNOWN_PROBES and rule.probe.startswith(f"{rule.layer.value}.")
     order = [TRIAGE_ORDER.index(rule.layer) for rule in RULES]
     assert order == sorted(order)  # the table reads in triage order
+
+
+def test_a_hung_engine_is_vllm_by_the_requests_its_replica_accepted_and_never_finished(synth: Synth) -> None:
+    # A stopped EngineCore freezes vLLM's numbers and /health stays 200: only the user requests
+    # that replica-0 took and never answered show where the fault is.
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        calm_vllm(synth, "replica-1"),
+        synth.rows("canary.success", [1] * N, labels={"replica": "replica-1"}),
+        synth.rows("canary.success", step(1, 0, 13), labels={"replica": "replica-0"}),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "vllm"
+    assert "accepted by a vLLM replica failed (replica=replica-0)" in result.reason
+
+
+def test_requests_refused_before_any_replica_took_them_name_no_layer(synth: Synth) -> None:
+    # A refused connection carries no replica: the front door's failure is not the engine's.
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        synth.rows("canary.success", step(1, 0, 13)),
+    )
+    assert diagnose(synth, timeline).layer == "unknown"
