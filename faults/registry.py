@@ -30,6 +30,7 @@ BUILTIN_FAULT_MODULES = (
     "inferchaos.faults.vllm.engine",
     "inferchaos.faults.vllm.hang",
     "inferchaos.faults.vllm.slow",
+    "inferchaos.faults.vllm.blind",
     "inferchaos.faults.gpu.squat",
     "inferchaos.faults.k8s.node",
     "inferchaos.faults.k8s.pod",

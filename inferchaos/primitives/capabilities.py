@@ -76,6 +76,17 @@ class ServeProcessEnvironment(RayProcessEnvironment, StatusEnvironment, Protocol
     Ray's state API)."""
 
 
+@runtime_checkable
+class HealthCheckEnvironment(Protocol):
+    """What blinding the replicas' health check needs: the check in force, and a way to override it."""
+
+    name: str
+
+    def health_check_in_force(self) -> str: ...
+
+    def override_health_check(self, mode: str | None) -> None: ...
+
+
 class ReplicaSlotConfig(Protocol):
     """The part of a local environment's configuration that sizes its replica slots."""
 
