@@ -1,7 +1,7 @@
 """Invalid experiments: `inferchaos run` exits 2 with one line naming the file and the key, and injects nothing.
 
-Each file of tests/fixtures/bad_experiments/ is experiments/kv_flood.yaml with one thing
-broken (its first line says what). No environment exists in these tests: validation must fail
+Each file of tests/fixtures/bad_experiments/ is experiments/kv_flood.yaml (or, for the gray
+faults, experiments/engine_hang.yaml) with one thing broken (its first line says what). No environment exists in these tests: validation must fail
 before one is contacted (a message about `inferchaos env up` means a bad file got past
 validation). The one exception is a target the environment does not have, which only the
 environment can refuse (tests/integration/test_bad_target.py runs it against a real one).
@@ -75,6 +75,12 @@ EXPECTED: dict[str, str] = {
     "stop_condition_missing_op.yaml": "stop_conditions[0].op: required",
     "stop_condition_missing_threshold.yaml": "stop_conditions[0].threshold: required",
     "stop_condition_unknown_probe.yaml": "stop_conditions[0].probe: unknown probe 'canary.sucess'; did you mean 'canary.success'?",
+    # The gray faults' arguments, and an SLO's after_s.
+    "hang_what_unknown.yaml": f"{ARGS}: vllm.hang_engine: what: must be one of engine, server, all; got 'brain'",
+    "hang_duration_zero.yaml": f"{ARGS}.duration_s: must be more than 0 seconds, got 0",
+    "slow_slowdown_one.yaml": f"{ARGS}: vllm.slow_engine: slowdown: must be a finite number more than 1 (1 is full speed), got 1",
+    "slow_slowdown_not_a_number.yaml": f"{ARGS}.slowdown: must be float, got 'ten'",
+    "slo_after_s_in_recovery.yaml": "slos[3].after_s: applies to the during phase only, not to recovery",
     "recovery_not_a_mapping.yaml": "recovery: must be a mapping, got list",
     "recovery_missing_within.yaml": "recovery.within_s: required",
     "recovery_steady_not_a_list.yaml": "recovery.steady: must be a non-empty list of SLO names, got 'ttft_after'",
