@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,9 +69,12 @@ MAX_ERRORS = 5
 
 @dataclass
 class KillServeControllerParams:
-    """How long Serve's controller may take to be ALIVE again, counted from the kill."""
+    """How long Serve's controller may take to be ALIVE again, counted from the kill, and
+    whether it is kept down (``keep_down``: killed again each time Ray brings it back, as a
+    crash-looping control plane, until revert; the timeout then counts from the revert)."""
 
     recover_timeout_s: float = 60.0
+    keep_down: bool = False
 
     def __post_init__(self) -> None:
         seconds(self.recover_timeout_s, "recover_timeout_s")
@@ -126,12 +129,17 @@ def live_controller(seen: list[ControllerSighting]) -> ControllerSighting | None
     return alive_controller(seen) or next((s for s in seen if s.state != DEAD), None)
 
 
-def is_back(killed_pid: int, sighting: ControllerSighting | None) -> bool:
-    """Whether ``sighting`` is the controller ALIVE again in another process than the one killed.
+def is_back(killed: Collection[int], sighting: ControllerSighting | None) -> bool:
+    """Whether ``sighting`` is the controller ALIVE again in another process than those killed.
 
-    While the raylet has not yet noticed the death, the state API still shows the old pid ALIVE.
+    While the raylet has not yet noticed a death, the state API still shows the old pid ALIVE.
     """
-    return sighting is not None and sighting.state == ALIVE and sighting.pid not in (0, killed_pid)
+    return sighting is not None and sighting.state == ALIVE and sighting.pid not in (0, *killed)
+
+
+def killed_pids(state: dict[str, Any]) -> set[int]:
+    """Every controller process the fault killed: the first, and those a crash loop killed since."""
+    return {int(state["pid"]), *(int(pid) for pid in state.get("crash_loop_pids", []))}
 
 
 def is_controller_title(title: str) -> bool:
@@ -204,16 +212,25 @@ class OutageObservations:
     back_at: float | None = None
     after: dict[str, Any] | None = None
     timed_out: bool = False
+    # keep_down: the controllers Ray brought back and the watcher killed again.
+    crash_loop_pids: list[int] = field(default_factory=list)
 
 
 class _OutageWatch:
     """Two threads of the injecting process: one watches the controller come back, one sends
-    requests through the front door until it has. Both end by ``deadline`` at the latest."""
+    requests through the front door until it has. Both end by ``deadline`` at the latest.
 
-    def __init__(self, handle_id: str, state: dict[str, Any], deadline: float) -> None:
+    With ``keep_down`` the watcher kills each controller Ray brings back instead, and both run
+    until :meth:`finish` (the revert): the outage lasts as long as the fault holds.
+    """
+
+    def __init__(
+        self, handle_id: str, state: dict[str, Any], deadline: float, keep_down: bool = False
+    ) -> None:
         self.obs = OutageObservations()
         self._state = dict(state)
         self._deadline = deadline
+        self._keep_down = keep_down
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watcher = threading.Thread(
@@ -233,17 +250,19 @@ class _OutageWatch:
             return asdict(self.obs)
 
     def finish(self) -> dict[str, Any]:
-        """Wait for the watcher (it ends by the deadline), then stop the requests; the observations."""
+        """Wait for the watcher (it ends by the deadline; a crash loop ends now), then stop the requests."""
+        if self._keep_down:
+            self._stop.set()
         self._watcher.join(timeout=max(0.0, self._deadline - time.time()) + STATE_API_TIMEOUT_S + 1.0)
         self._stop.set()
         self._requester.join(timeout=REQUEST_TIMEOUT_S + 1.0)
         return self.snapshot()
 
     def _watch(self) -> None:
-        killed_pid = int(self._state["pid"])
+        killed = {int(self._state["pid"])}
         try:
             while not self._stop.is_set():
-                if time.time() >= self._deadline:
+                if not self._keep_down and time.time() >= self._deadline:
                     with self._lock:
                         self.obs.timed_out = True
                     return
@@ -259,14 +278,34 @@ class _OutageWatch:
                     back = alive_controller(seen)
                     with self._lock:
                         self.obs.last_state = now.state if now else "absent"
-                        if is_back(killed_pid, back) and back is not None:
-                            self.obs.back_at = time.time()
-                            self.obs.after = asdict(back)
+                    if is_back(killed, back) and back is not None:
+                        if self._keep_down:
+                            self._kill_again(back, killed)
+                        else:
+                            with self._lock:
+                                self.obs.back_at = time.time()
+                                self.obs.after = asdict(back)
                             return
                 self._stop.wait(POLL_INTERVAL_S)
         finally:
             # Requests count only while the controller is down.
             self._stop.set()
+
+    def _kill_again(self, back: ControllerSighting, killed: set[int]) -> None:
+        """Kill a controller Ray brought back, after checking its process is the controller's."""
+        try:
+            proc = psutil.Process(back.pid)
+            if not is_controller_title((proc.cmdline() or [""])[0]):
+                return  # the state API lags: this pid is not (or no longer) the controller
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass  # it died on its own: as good as killed
+        except psutil.AccessDenied as e:
+            logger.error("%s: could not kill the restarted Serve controller %d: %s", NAME, back.pid, e)
+            return
+        killed.add(back.pid)
+        with self._lock:
+            self.obs.crash_loop_pids.append(back.pid)
 
     def _request(self) -> None:
         url, model = self._state["front_door_url"], self._state["model"]
@@ -308,7 +347,13 @@ def controller_evidence(
     outage = outage or {}
     back_at = state.get("back_at") or outage.get("back_at")
     after_record = state.get("controller_after") or outage.get("after")
-    after = ControllerSighting(**after_record) if after_record else (now if is_back(pid, now) else None)
+    killed = killed_pids(
+        {**state, "crash_loop_pids": state.get("crash_loop_pids") or outage.get("crash_loop_pids", [])}
+    )
+    # While a crash loop holds the controller down, a controller seen ALIVE now is one it is about to kill.
+    holding = bool(state.get("keep_down")) and reverted_at is None
+    back_now = now if is_back(killed, now) and not holding else None
+    after = ControllerSighting(**after_record) if after_record else back_now
     seen_by = state.get("back_seen_by") or ("watcher" if outage.get("back_at") else None)
     restarts_before = state.get("num_restarts")
     restarts_after = after.num_restarts if after is not None else (now.num_restarts if now else None)
@@ -341,6 +386,7 @@ def controller_evidence(
         "front_door_served_by": outage.get("served_by"),
         "front_door_errors": outage.get("errors", []),
         "watch_timed_out": outage.get("timed_out"),
+        "kept_down_by_killing": len(killed) - 1,
     }
     timestamps = set_times({
         "injected_at": injected_at,
@@ -364,6 +410,10 @@ def _reason(state: dict[str, Any], symptoms: dict[str, Any], bit: bool) -> str:
         parts.append(f"Ray restarted it as pid {symptoms['controller_pid_after']}{when}{bound}")
     else:
         parts.append(f"it is not back yet (state {symptoms['controller_state_now']})")
+    if symptoms["kept_down_by_killing"]:
+        parts.append(
+            f"kept down by killing it {symptoms['kept_down_by_killing']} more time(s) as Ray brought it back"
+        )
     if symptoms["front_door_requests_during_outage"] is not None:
         parts.append(
             f"the front door served {symptoms['front_door_served_during_outage']} of "
@@ -405,11 +455,17 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
         restarts = (
             "" if controller.num_restarts is None else f", restarted {controller.num_restarts} times so far"
         )
+        outage = (
+            "kill it again each time Ray brings it back, until revert (a crash loop); revert then waits up to "
+            f"{params.recover_timeout_s:g} s for it to be ALIVE in a new process"
+            if params.keep_down
+            else f"Ray restarts it (max_restarts=-1); revert waits up to {params.recover_timeout_s:g} s from the "
+            "kill for it to be ALIVE in a new process"
+        )
         description = (
             f"SIGKILL the worker process (pid {controller.pid}, {title}) of Ray Serve's controller actor "
             f"{controller.actor_id[:12]} on node {node}{restarts}, as a crash would; the proxy and the replicas "
-            f"keep serving the routes they hold while Ray restarts it (max_restarts=-1); revert waits up to "
-            f"{params.recover_timeout_s:g} s from the kill for it to be ALIVE in a new process"
+            f"keep serving the routes they hold meanwhile; {outage}"
         )
         state = {
             "actor_id": controller.actor_id,
@@ -422,6 +478,7 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
             "dashboard_url": status.ray.dashboard_url,
             "front_door_url": status.front_door.url,
             "model": status.model.name,
+            "keep_down": params.keep_down,
         }
         targets = [f"ray-actor:{CONTROLLER_CLASS}:{controller.actor_id}", f"pid:{controller.pid}"]
         return Planned(description, targets, state)
@@ -449,7 +506,9 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
         handle.state["killed_at"] = handle.injected_at
         ledger.record(handle)
         # Started at once: the front door's requests count from the kill on.
-        watch = _OutageWatch(handle.id, handle.state, handle.injected_at + params.recover_timeout_s)
+        watch = _OutageWatch(
+            handle.id, handle.state, handle.injected_at + params.recover_timeout_s, params.keep_down
+        )
         _WATCHES[handle.id] = watch
         watch.start()
         handle.state["pid_gone_at"] = wait_until(
@@ -480,10 +539,13 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
             return
         # Without a recorded kill (a crash right after it), the entry's creation bounds it from below.
         killed_at = float(state.get("killed_at") or handle.created_at)
-        deadline = killed_at + params.recover_timeout_s
+        # A controller kept down may only come back once the crash loop has stopped, which is now
+        # (or was, with the process that ran it).
+        deadline = (time.time() if params.keep_down else killed_at) + params.recover_timeout_s
         if watch is not None:
             outage = watch.finish()
             state["outage"] = outage
+            state["crash_loop_pids"] = outage["crash_loop_pids"]
             if outage["back_at"]:
                 state.update(
                     back_at=outage["back_at"], back_seen_by="watcher", controller_after=outage["after"]
@@ -506,7 +568,7 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
 
     def _wait_back(self, state: dict[str, Any], deadline: float) -> None:
         """Read the controller until it is back or ``deadline`` has passed (at least once); record what was seen."""
-        pid = int(state["pid"])
+        killed = killed_pids(state)
         while True:
             try:
                 seen = read_controllers(state["dashboard_url"])
@@ -516,7 +578,7 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
                 now = live_controller(seen)
                 state["last_seen"] = now.state if now else "absent"
                 back = alive_controller(seen)
-                if is_back(pid, back) and back is not None:
+                if is_back(killed, back) and back is not None:
                     state.update(back_at=time.time(), back_seen_by="revert", controller_after=asdict(back))
                     return
             if time.time() + POLL_INTERVAL_S >= deadline:

@@ -129,15 +129,18 @@ class ScriptedStateApi:
         return sightings([*self.others, *records])
 
 
-@pytest.fixture
-def stand_in() -> Iterator[subprocess.Popen[bytes]]:
+def start_stand_in() -> subprocess.Popen[bytes]:
     """A process titled as Ray titles the controller's worker (``ray::ServeController``)."""
     proc = subprocess.Popen(["bash", "-c", "exec -a ray::ServeController sleep 60"])
+    titled = wait_until(lambda: psutil.Process(proc.pid).cmdline()[:1] == ["ray::ServeController"], 10, 0.01)
+    assert titled, psutil.Process(proc.pid).cmdline()
+    return proc
+
+
+@pytest.fixture
+def stand_in() -> Iterator[subprocess.Popen[bytes]]:
+    proc = start_stand_in()
     try:
-        titled = wait_until(
-            lambda: psutil.Process(proc.pid).cmdline()[:1] == ["ray::ServeController"], 10, 0.01
-        )
-        assert titled, psutil.Process(proc.pid).cmdline()
         yield proc
     finally:
         proc.kill()
@@ -167,7 +170,7 @@ def _script(monkeypatch: pytest.MonkeyPatch, api: Any) -> None:
         ({"recover_timeout_s": float("inf")}, f"{NAME}: parameter 'recover_timeout_s' must be a finite number, got inf"),
         ({"recover_timeout_s": "60"}, f"{NAME}: parameter 'recover_timeout_s' must be float, got '60'"),
         ({"recover_timeout_s": True}, f"{NAME}: parameter 'recover_timeout_s' must be float, got True"),
-        ({"timeout": 5}, f"{NAME}: unknown parameter(s) timeout; known: recover_timeout_s"),
+        ({"timeout": 5}, f"{NAME}: unknown parameter(s) timeout; known: recover_timeout_s, keep_down"),
     ],
 )  # fmt: skip
 def test_plan_refuses_bad_parameters_before_ray_is_read(params: dict[str, Any], message: str) -> None:
@@ -273,13 +276,13 @@ def test_sightings_keep_only_serves_named_controller_and_its_restart_count() -> 
 
 
 def test_back_means_alive_in_another_process() -> None:
-    assert is_back(10, ControllerSighting(ACTOR_ID, "ALIVE", 11, HEAD, 1))
+    assert is_back({10}, ControllerSighting(ACTOR_ID, "ALIVE", 11, HEAD, 1))
     assert not is_back(
-        10, ControllerSighting(ACTOR_ID, "ALIVE", 10, HEAD, 0)
+        {10}, ControllerSighting(ACTOR_ID, "ALIVE", 10, HEAD, 0)
     )  # the raylet has not noticed yet
-    assert not is_back(10, ControllerSighting(ACTOR_ID, "RESTARTING", 10, HEAD, 0))
-    assert not is_back(10, ControllerSighting(ACTOR_ID, "ALIVE", 0, HEAD, 1))
-    assert not is_back(10, None)
+    assert not is_back({10}, ControllerSighting(ACTOR_ID, "RESTARTING", 10, HEAD, 0))
+    assert not is_back({10}, ControllerSighting(ACTOR_ID, "ALIVE", 0, HEAD, 1))
+    assert not is_back({10}, None)
 
 
 # -- evidence from a handle's state -----------------------------------------------------------
@@ -459,5 +462,56 @@ def test_the_chaos_toolkit_action_and_rollback_are_generated() -> None:
 
     assert {"kill_serve_controller", "rollback_kill_serve_controller"} <= set(actions.__all__)
     assert list(inspect.signature(actions.kill_serve_controller).parameters) == [
-        "recover_timeout_s", "configuration", "secrets",
+        "recover_timeout_s", "keep_down", "configuration", "secrets",
     ]  # fmt: skip
+
+
+@dataclass
+class CrashLoopStateApi:
+    """Ray restarting the controller into each of ``restarts`` in turn, as the state API shows it.
+
+    The controller is ALIVE in the first of ``incarnations`` still running. Once all have died,
+    the fault's own crash loop (its watcher thread) sees it RESTARTING; any other reader (the
+    revert, after the loop stopped) sees it ALIVE in ``last``: Ray bringing it back for good.
+    """
+
+    incarnations: list[subprocess.Popen[bytes]]
+    last: subprocess.Popen[bytes]
+
+    def __call__(self, dashboard_url: str, timeout_s: int = 5) -> list[ControllerSighting]:
+        running = [p for p in self.incarnations if pid_alive(p.pid)]
+        if running:
+            return sightings([actor(running[0].pid, "ALIVE", len(self.incarnations) - len(running))])
+        if threading.current_thread().name.startswith("serve-controller-watch-"):
+            return sightings([actor(self.incarnations[-1].pid, "RESTARTING", len(self.incarnations))])
+        return sightings([actor(self.last.pid, "ALIVE", len(self.incarnations))])
+
+
+def test_keep_down_kills_each_controller_ray_brings_back_until_revert_which_then_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch, front_door: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    first, restarted, last = start_stand_in(), start_stand_in(), start_stand_in()
+    try:
+        _script(monkeypatch, CrashLoopStateApi([first, restarted], last))
+        env = FakeServeEnv(front_door.url)
+        ledger = Ledger(tmp_path / "ledger")
+        fault = get_fault(NAME)
+        handle = fault.inject(env, {"recover_timeout_s": 10, "keep_down": True}, ledger)
+        assert first.wait(timeout=5) == -9
+        # Ray's restart is killed too: the control plane stays down while the fault holds.
+        assert restarted.wait(timeout=10) == -9
+        held = fault.evidence(env, handle)
+        assert held.bit and not held.symptoms["controller_back"]
+        assert held.symptoms["kept_down_by_killing"] == 1
+        assert "kept down by killing it 1 more time(s)" in held.reason
+
+        fault.revert(env, handle, ledger)
+        assert ledger.is_empty()
+        assert pid_alive(last.pid), "once reverted, the controller Ray brings back is left alone"
+        after = fault.evidence(env, handle).symptoms
+        assert after["controller_back"] and after["controller_pid_after"] == last.pid
+        assert handle.state["crash_loop_pids"] == [restarted.pid]
+    finally:
+        for proc in (first, restarted, last):
+            proc.kill()
+            proc.wait(timeout=10)
