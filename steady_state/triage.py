@@ -56,6 +56,14 @@ class Rule:
     symptom: bool = False
     # Only readings carrying this label count (a request's replica is known only once one answered).
     needs_label: str = ""
+    # Only readings with these label values count (``(("state", "RESTARTING"),)``).
+    only: tuple[tuple[str, str], ...] = ()
+
+    def reads(self, labels: Mapping[str, str]) -> bool:
+        """Whether a series with ``labels`` is one this rule reads."""
+        if self.needs_label and self.needs_label not in labels:
+            return False
+        return all(labels.get(key) == value for key, value in self.only)
 
 
 C = Condition
@@ -87,6 +95,9 @@ RULES: tuple[Rule, ...] = (
     Rule(Layer.RAY, "ray.tasks_pending_node_assignment", C.ABOVE, 0,
          "{value:g} Ray task(s) pending node assignment"),
     Rule(Layer.RAY, "ray.actors_alive", C.GROWING, 0.05, "alive Ray actors ({labels}) growing at {value:.3g}/s"),
+    # An actor Ray keeps restarting (a crash-looping Serve controller) is down while it restarts.
+    Rule(Layer.RAY, "ray.actors", C.ABOVE, 0, "Ray actor(s) restarting ({labels})", symptom=True,
+         only=(("state", "RESTARTING"),)),
     # Kubernetes (macro): Pods that cannot be placed, nodes leaving.
     # The scheduler's own reason comes first: it names the obstacle (GPUs, taint, anti-affinity).
     Rule(Layer.K8S, "k8s.pods_unschedulable", C.ABOVE, 0, "{value:g} Pod(s) Pending, unschedulable ({labels})"),
@@ -150,7 +161,7 @@ def _match_level(
     did not already hold, continuously, from before ``since``."""
     found: list[tuple[float, float, str]] = []
     for label_text, points in timeline.series(rule.probe, end=end, include_end=True).items():
-        if rule.needs_label and rule.needs_label not in parse_labels(label_text):
+        if not rule.reads(parse_labels(label_text)):
             continue
         points = sorted(points)
         before = [v for t, v in points if t < since]

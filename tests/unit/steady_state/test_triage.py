@@ -295,3 +295,16 @@ def test_requests_refused_before_any_replica_took_them_name_no_layer(synth: Synt
         synth.rows("canary.success", step(1, 0, 13)),
     )
     assert diagnose(synth, timeline).layer == "unknown"
+
+
+def test_a_crash_looping_serve_controller_is_ray(synth: Synth) -> None:
+    restarting = {"class": "ServeController", "state": "RESTARTING"}
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth),
+        synth.rows("ray.actors", step(1, 0, 11), labels={"class": "ServeController", "state": "ALIVE"}),
+        [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "ray"
+    assert result.reason == "Ray actor(s) restarting (class=ServeController;state=RESTARTING)"
