@@ -94,6 +94,8 @@ class CanaryProbe:
         self._runner: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[StreamResult]] = set()
         self._finished: list[StreamResult] = []
+        # Every replica that has answered so far, in order, for ``canary.routed``.
+        self._replicas_seen: dict[str, None] = {}
         self.sent = 0
         self.dropped = 0
 
@@ -130,7 +132,22 @@ class CanaryProbe:
     async def read(self) -> list[Sample]:
         """Samples of every request finished since the last read (possibly none)."""
         finished, self._finished = self._finished, []
-        return [sample for result in finished for sample in result_samples(result)]
+        samples = []
+        for result in finished:
+            samples.extend(result_samples(result))
+            samples.extend(self._routed_samples(result))
+        return samples
+
+    def _routed_samples(self, result: StreamResult) -> list[Sample]:
+        """``canary.routed{replica}``: 1 for the replica that took the request, 0 for every other
+        replica seen so far, so that its mean is the share of requests routed to a replica."""
+        if not result.replica:
+            return []  # refused before any replica took it: its routing is unknown
+        self._replicas_seen.setdefault(result.replica, None)
+        return [
+            Sample("canary.routed", 1.0 if replica == result.replica else 0.0, {"replica": replica})
+            for replica in self._replicas_seen
+        ]
 
     async def _send_at_rate(self, phase_s: float) -> None:
         loop = asyncio.get_running_loop()

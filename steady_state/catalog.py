@@ -32,7 +32,9 @@ VLLM_PROBES: frozenset[str] = frozenset(
     }
 )
 
-CANARY_PROBES: frozenset[str] = frozenset({"canary.success", "canary.ttft_s", "canary.itl_s", "canary.e2e_s"})
+CANARY_PROBES: frozenset[str] = frozenset(
+    {"canary.success", "canary.ttft_s", "canary.itl_s", "canary.e2e_s", "canary.routed"}  # routed: {replica}
+)
 
 RAY_PROBES: frozenset[str] = frozenset(
     {

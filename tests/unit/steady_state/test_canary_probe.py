@@ -192,3 +192,36 @@ def test_invalid_config_is_rejected(field: str, value: float, message: str) -> N
 
 def test_default_rate_is_two_per_second() -> None:
     assert CanaryConfig("http://x", "m").rate_per_s == 2.0
+
+
+def routed(samples: list[Sample]) -> dict[str, list[float]]:
+    by_replica: dict[str, list[float]] = {}
+    for s in samples:
+        if s.probe == "canary.routed":
+            by_replica.setdefault(s.labels["replica"], []).append(s.value)
+    return by_replica
+
+
+async def test_routed_gives_each_replica_its_share_of_the_requests(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 3)
+    fake_server.replica_header = "replica-1"
+    samples += await collect(canary, lambda s: len(routed(s).get("replica-1", [])) >= 3)
+    await canary.stop()
+    shares = routed(samples)
+    # Before replica-1 answered, every request went to replica-0; after, each request counts
+    # 1 for the replica that took it and 0 for the other.
+    assert set(shares) == {"replica-0", "replica-1"}
+    assert len(shares["replica-0"]) == len(successes(samples))
+    assert sum(shares["replica-0"]) + sum(shares["replica-1"]) == len(successes(samples))
+    assert sum(shares["replica-1"]) >= 3 and 0.0 in shares["replica-0"]
+
+
+async def test_a_refused_request_is_routed_nowhere(refused_url: str) -> None:
+    probe = CanaryProbe(CanaryConfig(refused_url, "tiny-llama", rate_per_s=20.0))
+    await probe.start()
+    samples = await collect(probe, lambda s: len(successes(s)) >= 2)
+    await probe.stop()
+    assert successes(samples) and routed(samples) == {}
