@@ -308,8 +308,12 @@ def test_the_csv_alone_gives_the_same_evaluation(run: Timeline, tmp_path: Path) 
 
 def test_after_s_judges_only_what_follows_the_grace_the_platform_is_given(run: Timeline) -> None:
     # Failures 13-17 fall in the first 8 s after the injection at 10; the rest of the phase serves.
-    late = '{name: late, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 8}'
-    early = '{name: early, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 7}'
+    late = (
+        '{name: late, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 8}'
+    )
+    early = (
+        '{name: early, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 7}'
+    )
     assert evaluate_slo(run, spec(late).slos[0]).ok
     result = evaluate_slo(run, spec(early).slos[0])
     assert not result.ok and result.observed == pytest.approx(2 / 3)  # readings at 17 (failed), 18, 19
@@ -325,8 +329,12 @@ def test_after_s_longer_than_the_phase_fails_closed(run: Timeline) -> None:
 
 
 def test_a_breach_before_after_s_is_not_a_detection(run: Timeline, synth: Synth) -> None:
-    late = '{name: late, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 8}'
+    late = (
+        '{name: late, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 8}'
+    )
     assert detect(run, spec(late)) is None
-    early = '{name: early, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 7}'
+    early = (
+        '{name: early, probe: canary.success, agg: mean, op: ">=", threshold: 1.0, phase: during, after_s: 7}'
+    )
     found = detect(run, spec(early))
     assert found is not None and found.at == synth.t0 + 17
