@@ -43,6 +43,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.layers import K8S_ENVS, EnvName
 from inferchaos.primitives.env_status import EnvStatus
+from inferchaos.steady_state.detection import noticed_line
 
 logger = logging.getLogger(__name__)
 console = Console()
@@ -293,6 +294,8 @@ def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
         ttr = f"{timing.time_to_recover_s:.1f} s" if timing.time_to_recover_s is not None else "-"
         console.print(f"  time to detect {ttd}, time to recover {ttr}; triage: {verdict.triage.get('layer')} "
                       f"({verdict.triage.get('reason', '')})", highlight=False)  # fmt: skip
+    if verdict.detection:
+        console.print(f"  {noticed_line(verdict.detection)}", highlight=False)
     if verdict.control is not None:
         proven = verdict.control["result"] == "failed_as_expected"
         console.print(
