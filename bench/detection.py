@@ -33,6 +33,7 @@ from typing import Any
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
+from inferchaos.experiments.cli import wait_until_whole
 from inferchaos.experiments.runner import RunOptions, plan_run, run_experiment
 from inferchaos.experiments.spec import ExperimentSpec, ensure_experiment_is_valid
 from inferchaos.faults.registry import get_fault
@@ -46,7 +47,6 @@ FAULTS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("vllm.kill_engine", {"replica": 0}),
     ("ray.kill_gcs", {}),
 )
-WHOLE_TIMEOUT_S = 300.0
 
 
 def _say(message: str) -> None:
@@ -175,20 +175,6 @@ def format_table(summaries: Sequence[SignalSummary]) -> str:
     return "\n".join(out)
 
 
-def _wait_until_whole(env: LocalEnvironment) -> None:
-    """Every replica and the front door serve again, so each run starts on the whole environment."""
-    deadline = time.monotonic() + WHOLE_TIMEOUT_S
-    while True:
-        status = env.status()
-        missing = [r.name for r in status.vllm.replicas if not r.healthy]
-        if status.up and status.front_door.healthy and not missing:
-            return
-        if time.monotonic() >= deadline:
-            _say(f"the environment is still not whole after {WHOLE_TIMEOUT_S:g} s ({missing}); going on")
-            return
-        time.sleep(2.0)
-
-
 def bench(args: argparse.Namespace) -> dict[str, list[list[SignalDetection]]]:
     env = LocalEnvironment()
     results: dict[str, list[list[SignalDetection]]] = {}
@@ -202,14 +188,14 @@ def bench(args: argparse.Namespace) -> dict[str, list[list[SignalDetection]]]:
             _say(f"{fault}: not registered in this inferchaos; skipped")
             continue
         spec = experiment_spec(fault, arguments, args.baseline, args.during)
-        _wait_until_whole(env)
+        wait_until_whole(env, say=_say)
         try:
             plan_run(spec, env)
         except (ConfigError, EnvironmentError_) as e:
             _say(f"{fault}: the environment refuses it ({e}); skipped")
             continue
         for index in range(args.runs):
-            _wait_until_whole(env)
+            wait_until_whole(env, say=_say)
             run_dir = args.out / f"{fault}-{index + 1}"
             _say(f"{fault}: run {index + 1}/{args.runs} -> {run_dir}")
             options = RunOptions(out_dir=args.out, interval_s=args.interval, run_dir=run_dir)

@@ -447,8 +447,10 @@ def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8s
 WHOLE_TIMEOUT_S = 300.0
 
 
-def _wait_until_whole(
-    environment: LocalEnvironment | K8sEnvironment, timeout_s: float = WHOLE_TIMEOUT_S
+def wait_until_whole(
+    environment: LocalEnvironment | K8sEnvironment,
+    timeout_s: float = WHOLE_TIMEOUT_S,
+    say: Callable[[str], None] = lambda message: console.print(message, highlight=False),
 ) -> None:
     """Wait until the front door and every replica serve, so each run starts on the whole environment.
 
@@ -468,8 +470,9 @@ def _wait_until_whole(
             logger.warning("the environment is still not whole after %.0f s: %s", timeout_s, missing)
             return
         if waited % 10 == 0:
-            console.print(f"waiting for the environment to be whole: not serving yet: "
-                          f"{', '.join(missing) or 'the front door'}", highlight=False)  # fmt: skip
+            say(
+                f"waiting for the environment to be whole: not serving yet: {', '.join(missing) or 'the front door'}"
+            )
         time.sleep(2.0)
         waited += 2.0
 
@@ -487,7 +490,7 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
         title = f"negative control: {run.control.breaks}" if run.control else run.spec.title
         console.rule(f"{run.spec.name}: {title}")
         if i > 0:
-            _wait_until_whole(environment)
+            wait_until_whole(environment)
         verdict: Verdict | None = None
         try:
             code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control)
