@@ -44,6 +44,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.layers import K8S_ENVS, EnvName
 from inferchaos.primitives.env_status import EnvStatus
+from inferchaos.steady_state.detection import noticed_line
 
 logger = logging.getLogger(__name__)
 console = Console()
@@ -301,6 +302,8 @@ def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
         ttr = f"{timing.time_to_recover_s:.1f} s" if timing.time_to_recover_s is not None else "-"
         console.print(f"  time to detect {ttd}, time to recover {ttr}; triage: {verdict.triage.get('layer')} "
                       f"({verdict.triage.get('reason', '')})", highlight=False)  # fmt: skip
+    if verdict.detection:
+        console.print(f"  {noticed_line(verdict.detection)}", highlight=False)
     if verdict.control is not None:
         proven = verdict.control["result"] == "failed_as_expected"
         console.print(
@@ -452,8 +455,10 @@ def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8s
 WHOLE_TIMEOUT_S = 300.0
 
 
-def _wait_until_whole(
-    environment: LocalEnvironment | K8sEnvironment, timeout_s: float = WHOLE_TIMEOUT_S
+def wait_until_whole(
+    environment: LocalEnvironment | K8sEnvironment,
+    timeout_s: float = WHOLE_TIMEOUT_S,
+    say: Callable[[str], None] = lambda message: console.print(message, highlight=False),
 ) -> None:
     """Wait until the front door and every replica serve, so each run starts on the whole environment.
 
@@ -473,8 +478,9 @@ def _wait_until_whole(
             logger.warning("the environment is still not whole after %.0f s: %s", timeout_s, missing)
             return
         if waited % 10 == 0:
-            console.print(f"waiting for the environment to be whole: not serving yet: "
-                          f"{', '.join(missing) or 'the front door'}", highlight=False)  # fmt: skip
+            say(
+                f"waiting for the environment to be whole: not serving yet: {', '.join(missing) or 'the front door'}"
+            )
         time.sleep(2.0)
         waited += 2.0
 
@@ -492,7 +498,7 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
         title = f"negative control: {run.control.breaks}" if run.control else run.spec.title
         console.rule(f"{run.spec.name}: {title}")
         if i > 0:
-            _wait_until_whole(environment)
+            wait_until_whole(environment)
         verdict: Verdict | None = None
         try:
             code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control)

@@ -1,4 +1,10 @@
-"""`inferchaos observe`: a live table of the key probes per layer, and the timeline on disk."""
+"""`inferchaos observe`: a live table of the key probes per layer, and the timeline on disk.
+
+While a fault is live (in the ledger of this state folder, injected by `inferchaos run` or a
+game day in another terminal), it also shows who noticed it and when, tick by tick: the same
+rows as the verdict's ``detection`` (steady_state/detection.py), computed from this process's
+own timeline. observe has no experiment, so inferchaos' own row is its detectors alone.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,16 @@ import math
 import time
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
 from inferchaos.experiments.probes import build_probes
+from inferchaos.faults.base import FaultHandle
+from inferchaos.faults.ledger import Ledger
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.canary import phase_between_ticks
+from inferchaos.steady_state.detection import SignalDetection, detect_signals, signal_title
 from inferchaos.steady_state.sampler import Sampler, Tick
 from inferchaos.steady_state.timeline import Row, Timeline, TimelineWriter
 
@@ -53,6 +62,44 @@ def _table(rows: list[Row], ticks: int, errors: list[Row]) -> Table:
     return table
 
 
+def detection_table(handle: FaultHandle, detections: list[SignalDetection]) -> Table:
+    table = Table(title=f"who noticed {handle.fault} [{handle.id}], and when")
+    for column in ("layer", "signal", "noticed after", "what it saw"):
+        table.add_column(column)
+    for d in detections:
+        after = "[dim]not yet[/]" if d.noticed_after_s is None else f"{d.noticed_after_s:.1f} s"
+        table.add_row(d.layer, signal_title(d.signal), after, d.detail)
+    return table
+
+
+class FaultWatch:
+    """The newest fault the ledger shows live since observe started, kept once it is reverted."""
+
+    def __init__(self, ledger: Ledger, started: float) -> None:
+        self._ledger = ledger
+        self._started = started
+        self.handle: FaultHandle | None = None
+
+    def update(self) -> FaultHandle | None:
+        """Read the ledger; the fault being watched (a newer live one replaces it)."""
+        live = [h for h in self._ledger.entries() if h.created_at >= self._started]
+        if live:
+            newest = max(live, key=lambda h: h.created_at)
+            if (
+                self.handle is None
+                or newest.id != self.handle.id
+                or newest.injected_at != self.handle.injected_at
+            ):
+                self.handle = newest
+        return self.handle
+
+    def detections(self, timeline: Timeline) -> list[SignalDetection]:
+        """Who noticed the watched fault so far: noticing may begin once its entry was written."""
+        if self.handle is None:
+            return []
+        return detect_signals(timeline, since=self.handle.created_at, injected_at=self.handle.injected_at)
+
+
 def observe(env: Environment, duration_s: float, interval_s: float, out_dir: Path, console: Console) -> Path:
     """Sample every probe of ``env`` for ``duration_s`` seconds; return the timeline's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -60,6 +107,7 @@ def observe(env: Environment, duration_s: float, interval_s: float, out_dir: Pat
     env.connect_ray()
     writer = TimelineWriter(path)
     timeline = Timeline(writer)
+    watch = FaultWatch(Ledger(), time.time())
 
     async def run() -> None:
         probes, canary = build_probes(env)
@@ -67,7 +115,13 @@ def observe(env: Environment, duration_s: float, interval_s: float, out_dir: Pat
 
             def on_tick(tick: Tick) -> None:
                 recent = [r for r in timeline.rows if r.t >= tick.t - 5 * interval_s]
-                live.update(_table(recent, tick.index + 1, list(tick.errors)))
+                table = _table(recent, tick.index + 1, list(tick.errors))
+                handle = watch.update()
+                live.update(
+                    table
+                    if handle is None
+                    else Group(table, detection_table(handle, watch.detections(timeline)))
+                )
 
             sampler = Sampler(probes, timeline, interval_s, on_tick=on_tick,
                               timeouts={p.name: interval_s for p in probes if p.name == "ray"})  # fmt: skip

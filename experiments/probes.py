@@ -11,6 +11,7 @@ from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
 from inferchaos.steady_state.ray import RayProbe
+from inferchaos.steady_state.serve import ServeProbe
 from inferchaos.steady_state.vllm import VllmProbe
 
 # (env, canary rate) -> (every probe to sample, the canary among them, which must be started)
@@ -18,7 +19,8 @@ ProbeFactory = Callable[[Environment, float], tuple[list[Probe], Canary]]
 
 
 def build_probes(env: Environment, canary_rate_per_s: float = 2.0) -> tuple[list[Probe], CanaryProbe]:
-    """Every probe for ``env``: one per vLLM replica, the canary, Ray, the device if known, Kubernetes if any."""
+    """Every probe for ``env``: one per vLLM replica, the canary, Ray and Serve, the device if known,
+    Kubernetes if any."""
     status = env.status()
     probes: list[Probe] = [
         VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health")
@@ -30,6 +32,8 @@ def build_probes(env: Environment, canary_rate_per_s: float = 2.0) -> tuple[list
     probes.append(canary)
     state = env.load_state()
     probes.append(RayProbe(state.dashboard_url, env.connect_ray))
+    # Serve's replica states, through the same dashboard: the platform's own view of its replicas.
+    probes.append(ServeProbe(state.dashboard_url, state.read_token))
     # An environment whose GPUs are on cluster nodes says so: this host's devices are not theirs.
     if env.local_devices:
         probes.append(device_probe_for(env))

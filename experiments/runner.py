@@ -33,6 +33,7 @@ from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.base import ClosableProbe, Probe
 from inferchaos.steady_state.canary import phase_between_ticks
+from inferchaos.steady_state.detection import detect_signals
 from inferchaos.steady_state.evaluation import (
     Evaluation,
     RecoveryResult,
@@ -667,6 +668,11 @@ class Runner:
             triage=triage_dict,
             stop_condition=stop_condition,
             control=outcome,
+            detection=detect_signals(
+                timeline,
+                injected_at=handle.injected_at if handle is not None else None,
+                breach=evaluation.detection,
+            ),
         )
 
     def _status(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.status import Status
+from inferchaos.steady_state.detection import SignalDetection
 
 __all__ = ["EXIT_CODES", "EXIT_INTERRUPTED", "NO_EFFECT", "SCHEMA_VERSION", "Status", "Timing", "Verdict"]
 
@@ -70,6 +71,9 @@ class Verdict:
     load: dict[str, Any] | None = None
     # A negative control's outcome (experiments.controls.ControlOutcome.to_dict()); None for a scenario.
     control: dict[str, Any] | None = None
+    # Who noticed the fault and when: inferchaos' own judgement beside the platform's signals
+    # (steady_state/detection.py); empty when nothing was injected.
+    detection: list[SignalDetection] = field(default_factory=list)
     schema: int = SCHEMA_VERSION
 
     @property

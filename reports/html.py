@@ -1,7 +1,7 @@
 """report.html: one self-contained page that tells a person what one run found.
 
-Sections carry stable element ids (``verdict``, ``layers``, ``slos``, ``timing``, ``triage``,
-``fault``, ``plots``, ``plot-*``, ``errors``, ``journal``, ``files``) for tests and for links.
+Sections carry stable element ids (``verdict``, ``layers``, ``slos``, ``timing``, ``detection``,
+``triage``, ``fault``, ``plots``, ``plot-*``, ``errors``, ``journal``, ``files``) for tests and for links.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from inferchaos.reports import formatting as fmt
+from inferchaos.reports.detection import detection_section
 from inferchaos.reports.htmlkit import STATUS_COLOURS, Raw, definitions, join, page, state, table, tag
 from inferchaos.reports.load import ActivityRecord, RunRecord, probe_errors
 from inferchaos.reports.plots import Plot
@@ -227,7 +228,8 @@ def render_report(run: RunRecord, plots: Sequence[Plot], files: Sequence[str]) -
     """The complete report.html of ``run`` with its rendered ``plots``; ``files`` lists the run folder."""
     v = run.verdict
     body = join([
-        _banner(run), _layers(run), _slos(run), _timing(run), _triage(run), _fault(run), _extras(run),
+        _banner(run), _layers(run), _slos(run), _timing(run), detection_section(run), _triage(run), _fault(run),
+        _extras(run),
         _plots(plots), _errors(run), _journal(run), _files(files),
         tag("footer", f"inferchaos report of {run.run_dir.name}, verdict.json schema {v.schema}", cls="muted"),
     ])  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 from inferchaos.errors import ConfigError
 from inferchaos.reports.errors import ReportError
 from inferchaos.status import Status
+from inferchaos.steady_state.detection import SignalDetection
 from inferchaos.steady_state.slo import Op, Phase
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 
@@ -123,6 +124,8 @@ class VerdictRecord:
     load: Mapping[str, Any] | None
     schema: int
     control: ControlRecord | None = None
+    # Who noticed the fault, and when (steady_state/detection.py); empty in older verdicts.
+    detection: tuple[SignalDetection, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -418,7 +421,28 @@ def load_verdict(path: Path) -> VerdictRecord:
         schema=int(schema),
         # Older verdicts have no ``control`` key: they are scenario runs.
         control=_control(f, f.opt_obj(data, "control") if "control" in data else None),
+        # Older verdicts have no ``detection`` key: nobody's noticing was recorded.
+        detection=_detection(f, data),
     )
+
+
+def _detection(f: _Fields, data: Mapping[str, Any]) -> tuple[SignalDetection, ...]:
+    if data.get("detection") is None:
+        return ()
+    entries = []
+    for index, entry in enumerate(f.items(data, "detection")):
+        where = f"detection[{index}]."
+        entry = _defaults(f.mapping(entry, where[:-1]), at=None, detail="")
+        entries.append(
+            SignalDetection(
+                layer=f.text(entry, "layer", where),
+                signal=f.text(entry, "signal", where),
+                noticed_after_s=f.opt_number(entry, "noticed_after_s", where),
+                at=f.opt_number(entry, "at", where),
+                detail=f.text(entry, "detail", where),
+            )
+        )
+    return tuple(entries)
 
 
 def _control(f: _Fields, data: Mapping[str, Any] | None) -> ControlRecord | None:

@@ -51,6 +51,9 @@ RAY_PROBES: frozenset[str] = frozenset(
         "ray.pgs",  # {state, strategy}
         "ray.pending_pgs",
         "ray.pg_pending_age_s",  # {pg, strategy}
+        # Ray Serve's own view of its replicas (steady_state/serve.py).
+        "ray.serve_replicas",  # {app, deployment, state}: replicas per state
+        "ray.serve_replica",  # {app, deployment, replica, state}: 1 RUNNING, 0 otherwise
     }
 )
 

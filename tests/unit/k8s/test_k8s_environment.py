@@ -82,7 +82,7 @@ def test_the_probe_set_adds_kubernetes_and_leaves_out_this_hosts_devices(config_
     env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
     env.status = lambda: _status()  # type: ignore[method-assign]  # Ray and vLLM are not up in unit tests
     probes, _ = build_probes(env)
-    assert {p.name for p in probes} == {"canary", "ray", "k8s"}
+    assert {p.name for p in probes} == {"canary", "ray", "ray@serve", "k8s"}
 
 
 def _status():  # the smallest EnvStatus the probe builder reads

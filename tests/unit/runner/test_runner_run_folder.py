@@ -94,6 +94,11 @@ def test_verdict_json_has_the_design_keys(passed_run: RunResult) -> None:
     assert {"layer", "reason"} <= set(verdict["triage"])
     # The KV cache the fault filled is what triage names.
     assert verdict["triage"]["layer"] == "vllm", verdict["triage"]
+    # Who noticed: inferchaos' own row first, then each signal the fake probes sampled.
+    detection = verdict["detection"]
+    assert detection[0]["layer"] == "inferchaos" and detection[0]["signal"] == "inferchaos.slo_or_detector"
+    for entry in detection:
+        assert set(entry) == {"layer", "signal", "noticed_after_s", "at", "detail"}, entry
 
 
 def test_secrets_never_reach_the_run_folder(passed_run: RunResult) -> None:
