@@ -31,6 +31,9 @@ class LocalEnvConfig:
     # it is used only as root with cgroup v1). A replica takes about 1.9 GB at rest.
     replica_memory_mib: int = 2560
     ready_timeout_s: float = 300.0
+    # GCS fault tolerance, as KubeRay's: the head's GCS keeps its state in a Redis server of
+    # its own (the distribution's redis-server), so a restarted GCS finds the cluster again.
+    gcs_ft: bool = False
     model: TinyModelSpec = field(default_factory=TinyModelSpec)
 
     @property
