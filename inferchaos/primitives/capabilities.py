@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from inferchaos.primitives.env_status import EnvStatus, NodeStatus
+from inferchaos.primitives.gcs import GcsStorage
 from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.ray_nodes import RayNodeRecord
 from inferchaos.primitives.replica_slots import ReplicaRecord
@@ -74,6 +75,19 @@ class ServeProcessEnvironment(RayProcessEnvironment, StatusEnvironment, Protocol
     """What the Serve controller kill needs: the embedded environment (the controller's worker
     process runs on this host) and its status (the front door, and the dashboard that answers
     Ray's state API)."""
+
+
+@runtime_checkable
+class GcsEnvironment(ServeProcessEnvironment, Protocol):
+    """What the GCS kill needs: the Serve environment above (the GCS runs on this host, the front
+    door and the state API are read), where its GCS keeps its state, and the token a GCS started
+    again must carry."""
+
+    def gcs_storage(self) -> GcsStorage | None:
+        """The GCS's external storage; None when the GCS keeps its state in memory (no --gcs-ft)."""
+        ...
+
+    def ray_auth_token(self) -> str: ...
 
 
 class ReplicaSlotConfig(Protocol):
