@@ -36,7 +36,13 @@ from inferchaos.experiments.runner import (
     run_experiment,
 )
 from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
-from inferchaos.experiments.suites import SUITES, default_suite, ensure_suite_matches_env, suite_paths
+from inferchaos.experiments.suites import (
+    SUITES,
+    default_suite,
+    ensure_suite_fits_env,
+    ensure_suite_matches_env,
+    suite_paths,
+)
 from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Verdict
 from inferchaos.faults.base import FaultPlan
 from inferchaos.faults.ledger import Ledger
@@ -123,6 +129,10 @@ def _env_options(func: FC) -> FC:
                          help="KV-cache capacity of each replica, in tokens (multiple of 128)."),
             click.option("--front-door-port", type=int, default=defaults.front_door_port, show_default=True,
                          help="Port of the Ray Serve proxy that fronts the replicas."),
+            click.option("--gcs-ft", "gcs_ft", is_flag=True, default=defaults.gcs_ft,
+                         help="GCS fault tolerance, as KubeRay's: the GCS keeps its state in a Redis server "
+                              "(the distribution's redis-server) and can be killed and started again "
+                              "(ray.kill_gcs, the ha suite)."),
         ]
     ):  # fmt: skip
         func = option(func)
@@ -143,6 +153,7 @@ def _build_config(**knobs: int) -> LocalEnvConfig:
         replicas=knobs["replicas"],
         kv_cache_tokens=knobs["kv_cache_tokens"],
         front_door_port=knobs["front_door_port"],
+        gcs_ft=bool(knobs["gcs_ft"]),
         model=spec,
     )
     config.validate()
@@ -393,7 +404,7 @@ def run_cmd(
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
 LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port",
-                      "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
+                      "gcs_ft", "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -584,6 +595,11 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
     config = _build_config(**knobs)
     local_allow = load_env_config(config_file, env_name).allow if config_file is not None else None
     environment = LocalEnvironment(config)
+    recorded = environment.load_state() if environment.is_recorded() else None
+    # An environment already up keeps its own settings; one started here takes the options'.
+    ensure_suite_fits_env(
+        suite_name, recorded.config.gcs_ft if recorded and recorded.ready else config.gcs_ft
+    )
     if dry_run:
         # A dry run starts nothing: the local environment must be up already, as for `run --dry-run`.
         _print_plans(_plan_suite(specs, environment, local_allow, controls))
