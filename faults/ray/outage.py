@@ -50,6 +50,10 @@ class FrontDoorRequests:
         with self._lock:
             return asdict(self._tally)
 
+    def halt(self) -> None:
+        """Send no further request (the one in flight still counts); returns at once."""
+        self._stop.set()
+
     def stop(self) -> dict[str, Any]:
         """Stop sending, wait for the request in flight (one timeout at most), return the tally."""
         self._stop.set()
