@@ -37,7 +37,13 @@ from inferchaos.experiments.runner import (
     run_experiment,
 )
 from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
-from inferchaos.experiments.suites import SUITES, default_suite, ensure_suite_matches_env, suite_paths
+from inferchaos.experiments.suites import (
+    SUITES,
+    default_suite,
+    ensure_suite_fits_env,
+    ensure_suite_matches_env,
+    suite_paths,
+)
 from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Verdict
 from inferchaos.faults.base import FaultPlan
 from inferchaos.faults.ledger import Ledger
@@ -131,6 +137,10 @@ def _env_options(func: FC) -> FC:
                               "/health, and requests in flight must make progress, so a hung engine "
                               "leaves rotation) or plain (vLLM's /health alone, blind to a hung engine, "
                               "as most platforms run today)."),
+            click.option("--gcs-ft", "gcs_ft", is_flag=True, default=defaults.gcs_ft,
+                         help="GCS fault tolerance, as KubeRay's: the GCS keeps its state in a Redis server "
+                              "(the distribution's redis-server) and can be killed and started again "
+                              "(ray.kill_gcs, the ha suite)."),
         ]
     ):  # fmt: skip
         func = option(func)
@@ -152,6 +162,7 @@ def _build_config(health_check: str, **knobs: int) -> LocalEnvConfig:
         kv_cache_tokens=knobs["kv_cache_tokens"],
         front_door_port=knobs["front_door_port"],
         health_check=health_check,
+        gcs_ft=bool(knobs["gcs_ft"]),
         model=spec,
     )
     config.validate()
@@ -403,8 +414,8 @@ def run_cmd(
 
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
-LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port", "health_check",
-                      "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
+LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port",
+                      "health_check", "gcs_ft", "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -598,6 +609,11 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
     config = _build_config(health_check, **knobs)
     local_allow = load_env_config(config_file, env_name).allow if config_file is not None else None
     environment = LocalEnvironment(config)
+    recorded = environment.load_state() if environment.is_recorded() else None
+    # An environment already up keeps its own settings; one started here takes the options'.
+    ensure_suite_fits_env(
+        suite_name, recorded.config.gcs_ft if recorded and recorded.ready else config.gcs_ft
+    )
     if dry_run:
         # A dry run starts nothing: the local environment must be up already, as for `run --dry-run`.
         _print_plans(_plan_suite(specs, environment, local_allow, controls))

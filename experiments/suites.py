@@ -22,7 +22,11 @@ SUITES: dict[str, tuple[str, ...]] = {
     "default": ("kv_flood", "actor_leak", "strict_pg_stall", "node_loss", "gpu_memory_squat"),
     "quick": ("kv_flood", "strict_pg_stall"),
     "k8s": ("gpu_ledger_squat", "anti_affinity_pending", "k8s_node_loss"),
+    # High availability of Ray's control plane: needs `env up --gcs-ft`.
+    "ha": ("gcs_loss",),
 }
+# Suites whose faults need GCS fault tolerance in the local environment.
+GCS_FT_SUITES: frozenset[str] = frozenset({"ha"})
 
 # The suite a game day runs when --suite is not given.
 DEFAULT_SUITE: dict[EnvName, str] = {EnvName.LOCAL: "default", EnvName.KIND: "k8s", EnvName.CLUSTER: "k8s"}
@@ -72,3 +76,12 @@ def ensure_suite_matches_env(suite: str, specs: Sequence[_NamesEnvironment], env
             raise ConfigError(
                 f"suite {suite}: {spec.path.name}: environment.name is {spec.env!r} but --env is {env_name!r}{hint}"
             )
+
+
+def ensure_suite_fits_env(suite: str, gcs_ft: bool) -> None:
+    """A suite that needs GCS fault tolerance refuses, in one line, an environment without it."""
+    if suite in GCS_FT_SUITES and not gcs_ft:
+        raise ConfigError(
+            f"suite {suite} needs an environment started with --gcs-ft: run `inferchaos env up --gcs-ft` "
+            f"(after `inferchaos env down`), or `inferchaos gameday --suite {suite} --gcs-ft` with no environment up"
+        )

@@ -26,6 +26,7 @@ BUILTIN_FAULT_MODULES = (
     "inferchaos.faults.ray.actors",
     "inferchaos.faults.ray.placement",
     "inferchaos.faults.ray.serve_controller",
+    "inferchaos.faults.ray.gcs",
     "inferchaos.faults.vllm.flood",
     "inferchaos.faults.vllm.engine",
     "inferchaos.faults.vllm.hang",

@@ -90,6 +90,9 @@ RULES: tuple[Rule, ...] = (
     # Ray (meso): nodes, pending work and placement groups, leaked actors.
     # DEAD nodes stay listed for the cluster's life: a new death is a rise, not a level.
     Rule(Layer.RAY, "ray.nodes_dead", C.RISING, 0, "{value:g} more Ray node(s) dead"),
+    # Ray's state API answers through the GCS: failed reads while every node still serves are
+    # the sign of a lost control plane (ray.kill_gcs). A symptom, so a cause in any layer outranks it.
+    Rule(Layer.RAY, "ray", C.UNREACHABLE, 0, "Ray not answering its probes ({labels}: the GCS or Serve's controller down?): {error}", symptom=True),
     Rule(Layer.RAY, "ray.nodes_alive", C.FALLING, 0, "ALIVE Ray nodes dropped by {value:g}"),
     Rule(Layer.RAY, "ray.pending_pgs", C.ABOVE, 0, "{value:g} Ray placement group(s) PENDING"),
     Rule(Layer.RAY, "ray.tasks_pending_node_assignment", C.ABOVE, 0,

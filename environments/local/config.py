@@ -34,6 +34,9 @@ class LocalEnvConfig:
     ready_timeout_s: float = 300.0
     # What each replica answers Serve's health checks with (environments/local/progress_check.py).
     health_check: str = HealthCheck.PROGRESS
+    # GCS fault tolerance, as KubeRay's: the head's GCS keeps its state in a Redis server of
+    # its own (the distribution's redis-server), so a restarted GCS finds the cluster again.
+    gcs_ft: bool = False
     model: TinyModelSpec = field(default_factory=TinyModelSpec)
 
     @property

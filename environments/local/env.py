@@ -24,12 +24,19 @@ from inferchaos.environments.local.ray_cluster import (
     NodeSpec,
     add_worker_node,
     ray_process_env,
+    redis_port,
     start_node,
     wait_for_head,
     worker_spec,
 )
+from inferchaos.environments.local.redis_store import (
+    GCS_RECONNECT_TIMEOUT_S,
+    gcs_ft_env,
+    redis_server_path,
+    start_redis,
+)
 from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, write_token
-from inferchaos.errors import EnvironmentNotUp, EnvironmentStartError, InferchaosError
+from inferchaos.errors import ConfigError, EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
 from inferchaos.primitives.capabilities import RayEndpoints
 from inferchaos.primitives.cpu_quota import remove_empty_slow_groups
@@ -42,6 +49,7 @@ from inferchaos.primitives.env_status import (
     ReplicaStatus,
     VllmStatus,
 )
+from inferchaos.primitives.gcs import GcsStorage
 from inferchaos.primitives.memory_budget import remove_budgets
 from inferchaos.primitives.processes import (
     ENV_MARKER,
@@ -50,6 +58,7 @@ from inferchaos.primitives.processes import (
     pid_alive,
     port_is_free,
     processes_with_marker,
+    same_process,
     wait_for_port,
 )
 from inferchaos.primitives.ray_nodes import RayNodeRecord
@@ -206,9 +215,16 @@ class LocalEnvironment:
         """
         cfg = self.config
         cfg.validate()
+        if cfg.gcs_ft:
+            redis_server_path()  # one line naming what to install, before anything starts
         if self.is_recorded():
             state = self.load_state()
             if state.ready and pid_alive(state.nodes[0].pid):
+                if cfg.gcs_ft and not state.config.gcs_ft:
+                    raise ConfigError(
+                        "the local environment is already up without --gcs-ft; "
+                        "take it down (`inferchaos env down`) and start it with --gcs-ft"
+                    )
                 self._progress("local environment is already up")
                 return self.status()
             self._progress("found a stale local environment; ending it first")
@@ -263,6 +279,11 @@ class LocalEnvironment:
             raise EnvironmentStartError(
                 f"front door port {cfg.front_door_port} is already in use; free it or set front_door_port"
             )
+        if cfg.gcs_ft and not port_is_free(redis_port(cfg.port_slot)):
+            raise EnvironmentStartError(
+                f"port {redis_port(cfg.port_slot)} for the GCS's Redis is already in use "
+                "(another --gcs-ft environment with the same port_slot?)"
+            )
         for slot in range(cfg.workers):
             port = cfg.replica_base_port + slot
             if not port_is_free(port):
@@ -272,7 +293,15 @@ class LocalEnvironment:
 
     def _start_ray(self, state: LocalEnvState, token: str) -> None:
         cfg = state.config
-        env = ray_process_env(state.env_id, token, self.state_dir)
+        env = ray_process_env(state.env_id, token, self.state_dir, cfg.gcs_ft)
+        head_env = env
+        if cfg.gcs_ft:
+            self._progress("starting redis-server for the GCS's fault tolerance")
+            state.redis = start_redis(
+                redis_port(cfg.port_slot), env, state.logs_dir, Path(state.ray_temp_dir) / "redis"
+            )
+            state.save()
+            head_env = {**env, **gcs_ft_env(state.redis, state.env_id)}
         head_spec = NodeSpec(
             name="head",
             index=0,
@@ -282,7 +311,10 @@ class LocalEnvironment:
             object_store_bytes=cfg.object_store_mib * 1024 * 1024,
         )
         self._progress("starting the Ray head node")
-        head = start_node(head_spec, "", state.ray_temp_dir, env, state.logs_dir, cfg.port_slot)
+        # A fault-tolerant head must outlive its GCS: nothing may end the node when gcs_server dies.
+        head = start_node(
+            head_spec, "", state.ray_temp_dir, head_env, state.logs_dir, cfg.port_slot, watched=not cfg.gcs_ft
+        )
         state.nodes.append(head)
         state.ray_address = f"{NODE_IP}:{head.ports.gcs}"
         state.dashboard_url = f"http://127.0.0.1:{head.ports.dashboard}"
@@ -392,7 +424,12 @@ class LocalEnvironment:
     # -- clients ----------------------------------------------------------------------------
     def connect_ray(self) -> None:
         """Make this process a driver of the environment's cluster (once per process)."""
-        connect_driver(self.load_state())
+        state = self.load_state()
+        if state.config.gcs_ft:
+            # A driver, like a raylet, exits when it cannot reach the GCS for this long (Ray's
+            # default 60 s): the runner must outlive an outage it injected, held ones included.
+            os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(GCS_RECONNECT_TIMEOUT_S))
+        connect_driver(state)
 
     def ray_nodes(self) -> list[NodeStatus]:
         """Ray's view of the nodes, DEAD ones included."""
@@ -421,6 +458,26 @@ class LocalEnvironment:
         state = self.load_state()
         return add_worker_node(state, state.read_token())
 
+    def gcs_storage(self) -> GcsStorage | None:
+        """Where the head's GCS keeps its state outside itself; None without --gcs-ft (GcsEnvironment)."""
+        state = self.load_state()
+        if not state.config.gcs_ft or state.redis is None:
+            return None
+        head = state.nodes[0]
+        return GcsStorage(
+            env_id=state.env_id,
+            gcs_address=state.ray_address,
+            gcs_port=head.ports.gcs,
+            redis_address=state.redis.address,
+            redis_pid=state.redis.pid,
+            reconnect_timeout_s=GCS_RECONNECT_TIMEOUT_S,
+            logs_dir=str(state.logs_dir),
+        )
+
+    def ray_auth_token(self) -> str:
+        """The cluster's token, for a Ray process started again (never written to the ledger)."""
+        return self.load_state().read_token()
+
     def mark_node_lost(self, name: str) -> None:
         """Record that a node was killed, so it is never targeted (or waited for) again."""
         state = self.load_state()
@@ -438,6 +495,9 @@ class LocalEnvironment:
         _disconnect_driver(state)
         procs = {p.pid: p for node in state.nodes for p in descendants(node.pid)}
         procs.update({p.pid: p for p in processes_with_marker(state.env_id)})
+        redis = same_process(state.redis.pid, state.redis.create_time) if state.redis else None
+        if redis is not None:
+            procs[redis.pid] = redis
         self._progress(f"stopping {len(procs)} process(es) of the local environment")
         ended = end_processes(list(procs.values()), grace_s=5.0)
         # Anything that escaped its parent meanwhile (an orphaned vLLM worker) is found by marker.

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferchaos.environments.local.redis_store import gcs_ft_env
 from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.errors import EnvironmentStartError
 from inferchaos.primitives.processes import (
@@ -49,6 +50,8 @@ SERVICE_PORT_BASE = 61000
 SERVICE_PORTS_PER_NODE = 10
 SERVICE_PORTS_PER_SLOT = 200
 MAX_NODE_INDEX = 12
+# Above the blocks of nodes 0..MAX_NODE_INDEX (offsets 0..129), within the slot's 200 ports.
+REDIS_PORT_OFFSET = 190
 MAX_PORT_SLOT = 1
 
 
@@ -69,8 +72,9 @@ def node_resource(name: str) -> str:
     return f"{NODE_RESOURCE_PREFIX}{name}"
 
 
-def ray_process_env(env_id: str, token: str, state_dir: Path) -> dict[str, str]:
-    """Environment for every Ray process: auth on, fast health checks, our marker."""
+def ray_process_env(env_id: str, token: str, state_dir: Path, gcs_ft: bool = False) -> dict[str, str]:
+    """Environment for every Ray process: auth on, fast health checks, our marker; with ``gcs_ft``,
+    the GCS-reconnect budget of a fault-tolerant cluster (the head adds its storage itself)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")}
     env.update(HEALTH_CHECK_ENV)
     env.update(
@@ -84,6 +88,8 @@ def ray_process_env(env_id: str, token: str, state_dir: Path) -> dict[str, str]:
             "INFERCHAOS_STATE_DIR": str(state_dir),
         }
     )
+    if gcs_ft:
+        env.update(gcs_ft_env(None, env_id))
     return env
 
 
@@ -117,11 +123,18 @@ def allocate_ports(index: int, is_head: bool, port_slot: int = 0) -> NodePorts:
     return ports
 
 
-def ray_start_argv(spec: NodeSpec, ports: NodePorts, gcs_address: str, temp_dir: str) -> list[str]:
-    """The `ray start --block` command line for one node."""
+def redis_port(port_slot: int = 0) -> int:
+    """The GCS storage's Redis port (``--gcs-ft``): past every node's block of the slot's service ports."""
+    return SERVICE_PORT_BASE + port_slot * SERVICE_PORTS_PER_SLOT + REDIS_PORT_OFFSET
+
+
+def ray_start_argv(
+    spec: NodeSpec, ports: NodePorts, gcs_address: str, temp_dir: str, block: bool = True
+) -> list[str]:
+    """The `ray start` command line for one node (``--block`` unless ``block`` is False)."""
     ray_cli = str(Path(sys.executable).with_name("ray"))
     argv = [
-        ray_cli, "start", "--block", "--disable-usage-stats",
+        ray_cli, "start", *(["--block"] if block else []), "--disable-usage-stats",
         "--node-ip-address", NODE_IP,
         "--num-cpus", str(spec.num_cpus),
         "--num-gpus", str(spec.num_gpus),
@@ -149,15 +162,38 @@ def ray_start_argv(spec: NodeSpec, ports: NodePorts, gcs_address: str, temp_dir:
     return argv
 
 
+def unwatched_argv(argv: list[str]) -> list[str]:
+    """``argv`` (a `ray start` without ``--block``) followed by a ``sleep`` that stands for the node.
+
+    `ray start --block` watches the processes it started and, when one dies by a signal, kills
+    the rest and exits (measured: a SIGKILL to the head's gcs_server took its raylet, dashboard
+    and Serve's proxy down with it). A head whose GCS is restarted on its own must not be
+    watched that way: `ray start` returns once the head is up, and the ``sleep`` keeps the
+    node's process group and its recorded pid, which `env down` and the head's status read.
+    """
+    return ["/bin/sh", "-c", '"$@" && exec sleep infinity', "ray-head", *argv]
+
+
 def start_node(
-    spec: NodeSpec, gcs_address: str, temp_dir: str, env: dict[str, str], logs_dir: Path, port_slot: int = 0
+    spec: NodeSpec,
+    gcs_address: str,
+    temp_dir: str,
+    env: dict[str, str],
+    logs_dir: Path,
+    port_slot: int = 0,
+    watched: bool = True,
 ) -> RayNodeRecord:
-    """Start one node as its own process group and return its record (not yet waited on)."""
+    """Start one node as its own process group and return its record (not yet waited on).
+
+    ``watched``: run it under `ray start --block`, which ends the whole node when one of its
+    processes dies; False for a head whose GCS may die and be started again (``--gcs-ft``).
+    """
     ports = allocate_ports(spec.index, spec.is_head, port_slot)
     if spec.is_head:
         gcs_address = f"{NODE_IP}:{ports.gcs}"
     log_path = logs_dir / f"ray-{spec.name}.log"
-    pid = spawn_process_group(ray_start_argv(spec, ports, gcs_address, temp_dir), env, log_path)
+    argv = ray_start_argv(spec, ports, gcs_address, temp_dir, block=watched)
+    pid = spawn_process_group(argv if watched else unwatched_argv(argv), env, log_path)
     logger.info("started ray node %s (pid %d)", spec.name, pid)
     return RayNodeRecord(
         name=spec.name,
@@ -202,7 +238,7 @@ def worker_spec(state: LocalEnvState, index: int) -> NodeSpec:
 def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
     """Start a replacement (or extra) worker node, as an autoscaler would, and record it."""
     index = next_worker_index(state)
-    env = ray_process_env(state.env_id, token, Path(state.state_dir))
+    env = ray_process_env(state.env_id, token, Path(state.state_dir), state.config.gcs_ft)
     record = start_node(
         worker_spec(state, index),
         state.ray_address,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.model import TinyModelSpec
+from inferchaos.environments.local.redis_store import RedisRecord
 from inferchaos.errors import EnvironmentNotUp
 from inferchaos.paths import local_env_dir
 from inferchaos.primitives.ray_nodes import RayNodeRecord
@@ -34,6 +35,8 @@ class LocalEnvState:
     served_model_name: str
     nodes: list[RayNodeRecord] = field(default_factory=list)
     ready: bool = False
+    # The GCS's external storage, with --gcs-ft only.
+    redis: RedisRecord | None = None
 
     @property
     def token_path(self) -> Path:
@@ -87,6 +90,7 @@ class LocalEnvState:
             }
         )
         data["nodes"] = [RayNodeRecord.from_dict(n) for n in data["nodes"]]
+        data["redis"] = RedisRecord(**data["redis"]) if data.get("redis") else None
         return cls(**data)
 
 

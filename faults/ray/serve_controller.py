@@ -36,11 +36,11 @@ import psutil
 from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
 from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, env_name, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.ray.outage import FrontDoorRequests
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.params import seconds
 from inferchaos.primitives.capabilities import ServeProcessEnvironment
-from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.processes import same_process
 
 logger = logging.getLogger(__name__)
@@ -59,12 +59,6 @@ STATE_API_TIMEOUT_S = 5
 POLL_INTERVAL_S = 0.25
 # SIGKILL is delivered at once, but the raylet reaps its worker asynchronously.
 KILL_CONFIRM_S = 5.0
-# The front-door requests of the outage: short, so that each is a quick yes or no.
-REQUEST_TIMEOUT_S = 10.0
-REQUEST_GAP_S = 0.2
-REQUEST_PROMPT = "ping"
-REQUEST_MAX_TOKENS = 4
-MAX_ERRORS = 5
 
 
 @dataclass
@@ -198,13 +192,8 @@ def controller_process(fault: str, pid: int) -> tuple[float, str]:
 
 @dataclass
 class OutageObservations:
-    """What the injecting process saw between the kill and the controller's return (ground truth for evidence)."""
+    """What the watcher saw between the kill and the controller's return (ground truth for evidence)."""
 
-    sent: int = 0
-    served: int = 0
-    failed: int = 0
-    served_by: dict[str, int] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
     # The controller's state at the watcher's last read (RESTARTING, ALIVE, absent).
     last_state: str = ""
     read_errors: int = 0
@@ -236,18 +225,20 @@ class _OutageWatch:
         self._watcher = threading.Thread(
             target=self._watch, name=f"serve-controller-watch-{handle_id}", daemon=True
         )
-        self._requester = threading.Thread(
-            target=self._request, name=f"serve-controller-requests-{handle_id}", daemon=True
+        self._requests = FrontDoorRequests(
+            f"serve-controller-requests-{handle_id}", state["front_door_url"], state["model"]
         )
 
     def start(self) -> None:
         self._watcher.start()
-        self._requester.start()
+        self._requests.start()
 
     def snapshot(self) -> dict[str, Any]:
-        """A copy of the observations so far (the threads keep writing theirs)."""
+        """A copy of the observations so far (the threads keep writing theirs): the front door's tally
+        and what the watcher saw."""
+        tally = self._requests.snapshot()
         with self._lock:
-            return asdict(self.obs)
+            return {**tally, **asdict(self.obs)}
 
     def finish(self) -> dict[str, Any]:
         """Wait for the watcher (it ends by the deadline; a crash loop ends now), then stop the requests."""
@@ -255,8 +246,9 @@ class _OutageWatch:
             self._stop.set()
         self._watcher.join(timeout=max(0.0, self._deadline - time.time()) + STATE_API_TIMEOUT_S + 1.0)
         self._stop.set()
-        self._requester.join(timeout=REQUEST_TIMEOUT_S + 1.0)
-        return self.snapshot()
+        tally = self._requests.stop()
+        with self._lock:
+            return {**tally, **asdict(self.obs)}
 
     def _watch(self) -> None:
         killed = {int(self._state["pid"])}
@@ -290,6 +282,7 @@ class _OutageWatch:
         finally:
             # Requests count only while the controller is down.
             self._stop.set()
+            self._requests.halt()
 
     def _kill_again(self, back: ControllerSighting, killed: set[int]) -> None:
         """Kill a controller Ray brought back, after checking its process is the controller's."""
@@ -306,24 +299,6 @@ class _OutageWatch:
         killed.add(back.pid)
         with self._lock:
             self.obs.crash_loop_pids.append(back.pid)
-
-    def _request(self) -> None:
-        url, model = self._state["front_door_url"], self._state["model"]
-        while not self._stop.is_set():
-            result = stream_completion(
-                url, model, REQUEST_PROMPT, max_tokens=REQUEST_MAX_TOKENS, timeout_s=REQUEST_TIMEOUT_S
-            )
-            with self._lock:
-                self.obs.sent += 1
-                if result.ok:
-                    self.obs.served += 1
-                    replica = result.replica or "unknown"
-                    self.obs.served_by[replica] = self.obs.served_by.get(replica, 0) + 1
-                else:
-                    self.obs.failed += 1
-                    if len(self.obs.errors) < MAX_ERRORS:
-                        self.obs.errors.append(result.error[:200])
-            self._stop.wait(REQUEST_GAP_S)
 
 
 # Watches by handle id, for every fault object of this process: revert and evidence may run on

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from inferchaos.primitives.env_status import EnvStatus, NodeStatus
+from inferchaos.primitives.gcs import GcsStorage
 from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.ray_nodes import RayNodeRecord
 from inferchaos.primitives.replica_slots import ReplicaRecord
@@ -85,6 +86,19 @@ class HealthCheckEnvironment(Protocol):
     def health_check_in_force(self) -> str: ...
 
     def override_health_check(self, mode: str | None) -> None: ...
+
+
+@runtime_checkable
+class GcsEnvironment(ServeProcessEnvironment, Protocol):
+    """What the GCS kill needs: the Serve environment above (the GCS runs on this host, the front
+    door and the state API are read), where its GCS keeps its state, and the token a GCS started
+    again must carry."""
+
+    def gcs_storage(self) -> GcsStorage | None:
+        """The GCS's external storage; None when the GCS keeps its state in memory (no --gcs-ft)."""
+        ...
+
+    def ray_auth_token(self) -> str: ...
 
 
 class ReplicaSlotConfig(Protocol):

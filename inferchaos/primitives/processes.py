@@ -15,9 +15,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from inferchaos.errors import FaultError
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,47 @@ def spawn_process_group(
     # process (env down, a fault) ends it by pid. Mark it returned so Python does not warn.
     proc.returncode = 0
     return proc.pid
+
+
+@dataclass
+class ProcessLaunch:
+    """How a process was started, read from /proc: enough to start the same command again.
+
+    ``withheld``: names of environment variables left out of ``environ`` because they hold
+    secrets (a launch is written to the ledger); whoever starts it again supplies them.
+    """
+
+    argv: list[str]
+    cwd: str
+    environ: dict[str, str]
+    withheld: list[str] = field(default_factory=list)
+
+
+def read_launch(proc: psutil.Process, withhold: Iterable[str] = ()) -> ProcessLaunch:
+    """The command line, working folder and environment of ``proc``, leaving out ``withhold``.
+
+    Raises psutil.NoSuchProcess or psutil.AccessDenied as psutil does.
+    """
+    environ = proc.environ()
+    secret = [name for name in withhold if name in environ]
+    return ProcessLaunch(
+        argv=proc.cmdline(),
+        cwd=proc.cwd(),
+        environ={k: v for k, v in environ.items() if k not in secret},
+        withheld=secret,
+    )
+
+
+def relaunch(launch: ProcessLaunch, secrets: Mapping[str, str], log_path: Path) -> int:
+    """Start ``launch`` again, detached in a session of its own (it outlives the caller); its pid.
+
+    ``secrets`` must hold every name the launch withheld.
+    """
+    missing = [name for name in launch.withheld if name not in secrets]
+    if missing:
+        raise FaultError(f"cannot start {launch.argv[0]} again without its withheld variables {missing}")
+    env = {**launch.environ, **{name: secrets[name] for name in launch.withheld}}
+    return spawn_process_group(launch.argv, env, log_path, cwd=Path(launch.cwd))
 
 
 def descendants(pid: int) -> list[psutil.Process]:

@@ -22,13 +22,23 @@ from inferchaos.primitives.processes import free_port
 TEST_REPLICA_BASE_PORT = 8300
 
 
+def _order(item: pytest.Item) -> int:
+    if item.get_closest_marker("env_teardown") is not None:
+        return 2
+    return 1 if item.get_closest_marker("gcs_ft") is not None else 0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that take the shared environment down run after every test that needs it up."""
-    items.sort(key=lambda item: item.get_closest_marker("env_teardown") is not None)
+    """Tests that take the shared environment down run after every test that needs it up; the GCS
+    tests, which start it again with --gcs-ft, run just before those."""
+    items.sort(key=_order)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "env_teardown: takes the shared environment down; runs last")
+    config.addinivalue_line(
+        "markers", "gcs_ft: runs on the shared environment started again with --gcs-ft; before env_teardown"
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

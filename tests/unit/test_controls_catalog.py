@@ -14,6 +14,7 @@ EXPECTED_LAYER = {
     "actor_leak": Layer.RAY,
     "strict_pg_stall": Layer.RAY,
     "node_loss": Layer.RAY,
+    "gcs_loss": Layer.RAY,
     "gpu_memory_squat": Layer.DEVICE,
     "gpu_ledger_squat": Layer.K8S,
     "anti_affinity_pending": Layer.K8S,

@@ -58,6 +58,7 @@ EXPECTED: dict[str, str] = {
     "fault_argument_negative_seconds.yaml": f"{ARGS}.duration_s: must be more than 0 seconds, got -3",
     "fault_argument_nan.yaml": f"{ARGS}.rate_per_s: must be a finite number, got nan",
     "fault_argument_infinite_seconds.yaml": f"{ARGS}.saturate_timeout_s: must be a finite number, got inf",
+    "kill_gcs_zero_timeout.yaml": f"{ARGS}.recover_timeout_s: must be more than 0 seconds, got 0",
     # NaN and infinite durations, wherever one is read.
     "pauses_after_nan.yaml": "method[0].pauses.after: must be a finite number, got nan",
     "pauses_after_infinite.yaml": "method[0].pauses.after: must be a finite number, got inf",
