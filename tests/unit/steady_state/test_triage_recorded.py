@@ -25,6 +25,9 @@ REPLICA_NEEDS_BYTES = 1.9e9
         ("strict_pg_stall", "ray", "placement group"),
         ("node_loss", "ray", "node"),
         ("gpu_memory_squat", "device", "free memory"),
+        # engine_death's control: replica-0's engine killed while replica-1's hangs. Replica-0's
+        # restart takes its device's memory too, gradually: not a squat.
+        ("engine_death_survivor_hung", "vllm", "vLLM replica"),
     ],
 )
 def test_recorded_fault_is_blamed_on_its_layer(scenario: str, layer: str, words: str) -> None:
@@ -41,3 +44,11 @@ def test_recorded_baseline_alone_names_no_layer() -> None:
     start = timeline.marks[Mark.BASELINE_START]
     result = triage(timeline, start + 5, since=start, lookback_s=5, lookahead_s=3)
     assert result.layer == "unknown", result
+
+
+def test_a_replica_restarting_on_its_device_is_not_a_squat() -> None:
+    # engine_death, healthy: replica-0's replacement loads on host:0 within the triage window.
+    timeline = read_timeline(FIXTURES / "engine_death.csv")
+    injected = timeline.marks[Mark.INJECTED]
+    result = triage(timeline, injected, since=injected, thresholds={"device.free_bytes": REPLICA_NEEDS_BYTES})
+    assert result.layer == "vllm", result
