@@ -30,6 +30,9 @@ EXPECTED = {
     "actor_leak": "ray",
     "strict_pg_stall": "ray",
     "gpu_memory_squat": "device",
+    "serve_controller_loss": "ray",
+    "engine_hang": "vllm",
+    "engine_death": "vllm",
     "node_loss": "ray",
 }
 
@@ -66,6 +69,7 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
     # Nothing the control broke outlives it.
     assert Ledger(integration_home / "ledger").is_empty()
     assert stopped_processes(local_env) == []
+    assert local_env.health_check_in_force() == "progress"
     local_env.connect_ray()
     leaked = [a for a in list_actors(filters=[("ray_namespace", "=", LEAK_NAMESPACE)]) if a.state != "DEAD"]
     assert leaked == []

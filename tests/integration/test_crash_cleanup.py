@@ -4,8 +4,8 @@ The runner is SIGKILLed (its whole process group: a flood's client threads die w
 the ledger shows the fault acting; nothing in the runner gets to revert. `inferchaos cleanup`
 must then revert every entry from the ledger alone, and the environment must be whole again:
 no ledger entry, no leaked actor or placement group, no stopped (frozen) process, no queue
-left in vLLM, every replica healthy and every spare GPU free. The actor leak's case is in
-test_scenarios.py.
+left in vLLM, no blinded health check, every replica healthy and every spare GPU free. The
+actor leak's case is in test_scenarios.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from env_checks import stopped_processes, wait_until_whole
 
 from inferchaos.environments.local.env import LocalEnvironment
@@ -31,34 +30,19 @@ pytestmark = pytest.mark.integration
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
-def _kill_engine_experiment(folder: Path) -> Path:
-    """node_loss's file with its fault swapped for vllm.kill_engine of replica-1 (no shipped scenario uses it)."""
-    data = yaml.safe_load((EXPERIMENTS / "node_loss.yaml").read_text())
-    data["method"][0]["provider"].update(
-        {
-            "module": "inferchaos.faults.vllm.actions",
-            "func": "kill_engine",
-            "arguments": {"replica": "replica-1"},
-        }
-    )
-    data["method"][1]["provider"]["arguments"] = {"fault": "vllm.kill_engine"}
-    data["rollbacks"][0]["provider"].update(
-        {"module": "inferchaos.faults.vllm.actions", "func": "rollback_kill_engine"}
-    )
-    data["slos"] = [s for s in data["slos"] if s["name"] not in ("nodes_before", "nodes_back")]
-    data["recovery"]["steady"] = ["replica_back"]
-    path = folder / "kill_engine.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 # (experiment, the faults whose ledger entries must be acting before the kill)
 CASES = {
     "kill_node": ("node_loss.yaml", {"ray.kill_node"}),
     "stall_placement_group": ("strict_pg_stall.yaml", {"ray.stall_placement_group"}),
     "flood_kv_cache+hang_engine": ("controls/kv_flood.yaml", {"vllm.flood_kv_cache", "vllm.hang_engine"}),
     "squat_device_memory": ("gpu_memory_squat.yaml", {"device.squat_device_memory"}),
-    "kill_engine": ("kill_engine", {"vllm.kill_engine"}),
+    "kill_engine": ("engine_death.yaml", {"vllm.kill_engine"}),
+    "blind_health_check+hang_engine": (
+        "controls/engine_hang.yaml",
+        {"vllm.blind_health_check", "vllm.hang_engine"},
+    ),
+    # The crash loop dies with the runner; cleanup must still see the controller back.
+    "kill_serve_controller": ("serve_controller_loss.yaml", {"ray.kill_serve_controller"}),
 }
 
 
@@ -86,7 +70,7 @@ def test_cleanup_after_kill_9_restores_the_environment(
     name, acting = CASES[case]
     if name == "gpu_memory_squat.yaml" and not budgets_available()[0]:
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
-    experiment = _kill_engine_experiment(tmp_path) if name == "kill_engine" else EXPERIMENTS / name
+    experiment = EXPERIMENTS / name
     wait_until_whole(local_env)
     ledger = Ledger(integration_home / "ledger")
     env = {**os.environ, "INFERCHAOS_HOME": str(integration_home)}
@@ -118,6 +102,7 @@ def test_cleanup_after_kill_9_restores_the_environment(
         assert f"reverted {fault}" in cleanup.stdout
     assert ledger.is_empty()
     assert stopped_processes(local_env) == []
+    assert local_env.health_check_in_force() == "progress", "a blinded health check must be restored"
     wait_until_whole(local_env)
     local_env.connect_ray()
     assert [

@@ -61,3 +61,5 @@ def test_status_json_has_the_documented_keys(local_env: LocalEnvironment) -> Non
     assert {"name", "url", "metrics_url", "node_id", "healthy"} <= set(data["vllm"]["replicas"][0])
     assert data["front_door"]["url"].startswith("http://127.0.0.1:")
     assert data["model"]["name"] and data["model"]["max_model_len"] == 2048
+    # The progress-aware health check is the default, and status says which one is in force.
+    assert data["vllm"]["health_check"] == "progress"

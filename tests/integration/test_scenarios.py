@@ -1,4 +1,4 @@
-"""The five scenarios, the runner's exit codes and its crash cleanup, on the real local environment."""
+"""The local scenarios, the runner's exit codes and its crash cleanup, on the real local environment."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from inferchaos.faults.ledger import Ledger
 pytestmark = pytest.mark.integration
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "node_loss", "gpu_memory_squat"]
+# In the default suite's order: the scenarios that replace a node or a replica's device come last.
+SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "serve_controller_loss", "engine_hang", "engine_death",
+             "node_loss", "gpu_memory_squat"]  # fmt: skip
 
 
 def _inferchaos(args: list[str], home: Path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
