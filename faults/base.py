@@ -183,6 +183,15 @@ class TypedFault(Fault, Generic[P, E]):
         """Read the symptom that shows whether the fault bit."""
 
 
+def require_capability(fault: str, env: Any, capability: Any, where: str) -> Any:
+    """``env``, checked against the ``capability`` ``fault`` acts through (a runtime-checkable
+    Protocol, which mypy cannot take as a type parameter: callers declare what they return);
+    otherwise ConfigError: "<fault> acts on <where>, not on '<env>'"."""
+    if not isinstance(env, capability):
+        raise ConfigError(f"{fault} acts on {where}, not on {env_name(env)!r}")
+    return env
+
+
 def env_name(env: Any) -> str:
     """The name an environment gives itself, for ledger entries and messages."""
     return env.name if isinstance(env, NamedEnvironment) else type(env).__name__

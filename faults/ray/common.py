@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from inferchaos.errors import ConfigError
-from inferchaos.faults.base import TypedFault, env_name
+from inferchaos.faults.base import TypedFault, require_capability
 from inferchaos.primitives.capabilities import RayProcessEnvironment
 
 P = TypeVar("P")
@@ -15,12 +14,12 @@ class LocalProcessFault(TypedFault[P, RayProcessEnvironment]):
     """A fault that kills or starts processes, so it needs the embedded environment's process records."""
 
     def _open(self, env: Any) -> RayProcessEnvironment:
-        if not isinstance(env, RayProcessEnvironment):
-            raise ConfigError(
-                f"{self.name} acts on the embedded local environment only (it needs its process records), "
-                f"not on {env_name(env)!r}"
-            )
-        return env
+        return require_capability(
+            self.name,
+            env,
+            RayProcessEnvironment,
+            "the embedded local environment only (it needs its process records)",
+        )
 
 
 def free_gpus(env: RayProcessEnvironment) -> float:

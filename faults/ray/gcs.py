@@ -36,7 +36,15 @@ from typing import Any
 import psutil
 
 from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, env_name, set_times, wait_until
+from inferchaos.faults.base import (
+    Evidence,
+    FaultHandle,
+    Planned,
+    TypedFault,
+    require_capability,
+    set_times,
+    wait_until,
+)
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.outage import FrontDoorRequests
 from inferchaos.faults.registry import register
@@ -249,12 +257,12 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
     params_type = KillGcsParams
 
     def _open(self, env: Any) -> GcsEnvironment:
-        if not isinstance(env, GcsEnvironment):
-            raise ConfigError(
-                f"{self.name} acts on the embedded local environment only (the GCS must run on this host), "
-                f"not on {env_name(env)!r}"
-            )
-        return env
+        return require_capability(
+            self.name,
+            env,
+            GcsEnvironment,
+            "the embedded local environment only (the GCS must run on this host)",
+        )
 
     def _plan(self, env: GcsEnvironment, params: KillGcsParams) -> Planned:
         storage = env.gcs_storage()

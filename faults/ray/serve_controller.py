@@ -34,7 +34,15 @@ from typing import Any
 import psutil
 
 from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, env_name, set_times, wait_until
+from inferchaos.faults.base import (
+    Evidence,
+    FaultHandle,
+    Planned,
+    TypedFault,
+    require_capability,
+    set_times,
+    wait_until,
+)
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.outage import FrontDoorRequests
 from inferchaos.faults.registry import register
@@ -406,12 +414,15 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
     params_type = KillServeControllerParams
 
     def _open(self, env: Any) -> ServeProcessEnvironment:
-        if not isinstance(env, ServeProcessEnvironment):
-            raise ConfigError(
-                f"{self.name} acts on the embedded local environment only (the controller's process must be "
-                f"on this host, and it needs the environment's status), not on {env_name(env)!r}"
-            )
-        return env
+        return require_capability(
+            self.name,
+            env,
+            ServeProcessEnvironment,
+            (
+                "the embedded local environment only (the controller's process must be on this host, "
+                "and it needs the environment's status)"
+            ),
+        )
 
     def _plan(self, env: ServeProcessEnvironment, params: KillServeControllerParams) -> Planned:
         env.connect_ray()

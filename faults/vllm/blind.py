@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, env_name, timestamps
+from inferchaos.faults.base import (
+    Evidence,
+    FaultHandle,
+    Planned,
+    TypedFault,
+    require_capability,
+    timestamps,
+)
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
@@ -42,12 +49,12 @@ class BlindHealthCheck(TypedFault[BlindHealthCheckParams, HealthCheckEnvironment
     params_type = BlindHealthCheckParams
 
     def _open(self, env: Any) -> HealthCheckEnvironment:
-        if not isinstance(env, HealthCheckEnvironment):
-            raise ConfigError(
-                f"{self.name} acts on an environment whose replicas' health check inferchaos sets "
-                f"(the embedded local one), not on {env_name(env)!r}"
-            )
-        return env
+        return require_capability(
+            self.name,
+            env,
+            HealthCheckEnvironment,
+            "an environment whose replicas' health check inferchaos sets (the embedded local one)",
+        )
 
     def _plan(self, env: HealthCheckEnvironment, params: BlindHealthCheckParams) -> Planned:
         before = env.health_check_in_force()
