@@ -45,13 +45,13 @@ gameday: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
-	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration -q --durations=20 $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
 test-integration: $(STAMP)
-	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration -q --durations=20 $(PYTEST_ARGS)
 
 # ruff (lint and format), import-linter (layers import one way), mypy (types).
 lint: $(STAMP)
