@@ -669,11 +669,15 @@ class Runner:
             stop_condition=stop_condition,
             control=outcome,
             detection=detect_signals(
-                timeline,
-                injected_at=handle.injected_at if handle is not None else None,
-                breach=evaluation.detection,
+                timeline, injected_at=self._first_act(handle), breach=evaluation.detection
             ),
         )
+
+    def _first_act(self, handle: FaultHandle | None) -> float | None:
+        """When the first fault acted: the scenario's, or a control's sabotage injected before it
+        (``at: before_inject``), which the platform may notice first."""
+        acts = [h.injected_at for h in (handle, *self._state.sabotage) if h is not None and h.injected_at]
+        return min(acts, default=None)
 
     def _status(
         self, evaluation: Evaluation, fault: FaultOutcome | None, recovery: RecoveryResult | None
