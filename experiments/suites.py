@@ -19,8 +19,16 @@ EXPERIMENTS_DIR = Path(__file__).resolve().parent
 
 # Faults that change the environment's shape (a node replaced, a replica restarted) run last.
 SUITES: dict[str, tuple[str, ...]] = {
-    "default": ("kv_flood", "actor_leak", "strict_pg_stall", "serve_controller_loss", "engine_hang",
-                "engine_death", "node_loss", "gpu_memory_squat"),
+    "default": (
+        "kv_flood",
+        "actor_leak",
+        "strict_pg_stall",
+        "serve_controller_loss",
+        "engine_hang",
+        "engine_death",
+        "node_loss",
+        "gpu_memory_squat",
+    ),
     "quick": ("kv_flood", "strict_pg_stall"),
     "k8s": ("gpu_ledger_squat", "anti_affinity_pending", "k8s_node_loss"),
     # High availability of Ray's control plane: needs `env up --gcs-ft`.
