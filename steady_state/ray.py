@@ -141,6 +141,9 @@ class RayProbe:
             previous = self._in_flight = asyncio.get_running_loop().run_in_executor(
                 self._snapshotter, self.snapshot
             )
+            # A snapshot still running when the run ends has no reader: its failure is retrieved
+            # here, so that asyncio does not print it as a "never retrieved" traceback.
+            previous.add_done_callback(lambda done: done.cancelled() or done.exception())
         # Shielded: the sampler's timeout must not cancel the snapshot the next read will use.
         return snapshot_samples(await asyncio.shield(previous))
 

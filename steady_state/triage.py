@@ -59,6 +59,9 @@ class Rule:
     needs_label: str = ""
     # Only readings with these label values count (``(("state", "RESTARTING"),)``).
     only: tuple[tuple[str, str], ...] = ()
+    # UNREACHABLE: only the probe object named exactly ``probe`` (``ray``, Ray's state API),
+    # not every probe of its layer (``ray@serve``).
+    exact: bool = False
 
     def reads(self, labels: Mapping[str, str]) -> bool:
         """Whether a series with ``labels`` is one this rule reads."""
@@ -97,6 +100,12 @@ RULES: tuple[Rule, ...] = (
     # Ray's state API answers through the GCS: failed reads while every node still serves are
     # the sign of a lost control plane (ray.kill_gcs). A symptom, so a cause in any layer outranks it.
     Rule(Layer.RAY, "ray", C.UNREACHABLE, 0, "Ray not answering its probes ({labels}: the GCS or Serve's controller down?): {error}", symptom=True),
+    # Sustained, it is the cause: more than 8 failed reads of the state API in the window. A GCS
+    # down answers none (16-19 in 40 s, 5 runs); a busy one misses a few (at most 5 in any 40 s
+    # of 90 other runs, under kv_flood). A replica that stops answering meanwhile is its symptom
+    # (measured: replica-0's /metrics timed out while the GCS stayed down).
+    Rule(Layer.RAY, "ray", C.UNREACHABLE, 8, "Ray's state API silent for {value:g} reads (the GCS down?): {error}",
+         exact=True),
     Rule(Layer.RAY, "ray.nodes_alive", C.FALLING, 0, "ALIVE Ray nodes dropped by {value:g}"),
     Rule(Layer.RAY, "ray.pending_pgs", C.ABOVE, 0, "{value:g} Ray placement group(s) PENDING"),
     Rule(Layer.RAY, "ray.tasks_pending_node_assignment", C.ABOVE, 0,
@@ -230,7 +239,7 @@ def _match_unreachable(
     ticks = sorted({row.t for row in timeline.rows if row.t <= end})
     errors: dict[str, dict[float, Row]] = {}
     for row in timeline.errors(end=end):
-        if row.layer == rule.probe:
+        if (row.probe == rule.probe) if rule.exact else (row.layer == rule.probe):
             errors.setdefault(row.probe, {})[row.t] = row
     before = [t for t in ticks if t < since]
     failed: list[Row] = []

@@ -52,3 +52,14 @@ def test_a_replica_restarting_on_its_device_is_not_a_squat() -> None:
     injected = timeline.marks[Mark.INJECTED]
     result = triage(timeline, injected, since=injected, thresholds={"device.free_bytes": REPLICA_NEEDS_BYTES})
     assert result.layer == "vllm", result
+
+
+def test_a_gcs_held_down_is_ray_although_a_replica_stopped_answering_too() -> None:
+    # gcs_loss's control: no SLO breached during the outage, so the run is triaged over the
+    # fault window (as the runner does for a failed recovery); replica-0's /metrics timed out
+    # meanwhile, a symptom.
+    timeline = read_timeline(FIXTURES / "gcs_loss_held.csv")
+    injected, reverted = timeline.marks[Mark.INJECTED], timeline.marks[Mark.REVERTED]
+    result = triage(timeline, reverted, since=injected, lookback_s=reverted - injected + 30, lookahead_s=5)
+    assert result.layer == "ray", result
+    assert "state API silent" in result.reason
