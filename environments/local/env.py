@@ -57,6 +57,7 @@ from inferchaos.primitives.processes import (
     end_processes,
     pid_alive,
     port_is_free,
+    process_group,
     processes_with_marker,
     same_process,
     wait_for_port,
@@ -494,6 +495,8 @@ class LocalEnvironment:
         state = self.load_state()
         _disconnect_driver(state)
         procs = {p.pid: p for node in state.nodes for p in descendants(node.pid)}
+        # Each node is a process group of its own; what left its parent stays in it.
+        procs.update({p.pid: p for node in state.nodes for p in process_group(node.pid)})
         procs.update({p.pid: p for p in processes_with_marker(state.env_id)})
         redis = same_process(state.redis.pid, state.redis.create_time) if state.redis else None
         if redis is not None:

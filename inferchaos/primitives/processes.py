@@ -102,6 +102,21 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def process_group(pgid: int) -> list[psutil.Process]:
+    """Every live process of process group ``pgid`` (a group spawn_process_group made: its
+    leader's pid), the leader gone or not. Finds what daemonized away from its parent, as
+    `ray start` without --block leaves the head's agents, and retitled itself over its
+    environment, where the marker cannot be read."""
+    found: list[psutil.Process] = []
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid:
+                found.append(psutil.Process(pid))
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return found
+
+
 def processes_with_marker(env_id: str) -> list[psutil.Process]:
     """Every live process whose environment carries this environment's marker."""
     needle = f"{ENV_MARKER}={env_id}".encode()

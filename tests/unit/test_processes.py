@@ -14,6 +14,7 @@ from inferchaos.primitives.processes import (
     end_processes,
     kill_tree_now,
     pid_alive,
+    process_group,
     processes_with_marker,
     spawn_process_group,
 )
@@ -63,3 +64,25 @@ def test_marker_finds_an_orphan_and_end_processes_ends_it(tmp_path: Path) -> Non
     assert len(orphans) == 1 and orphans[0].pid != pid
     end_processes(orphans, grace_s=2)
     assert processes_with_marker("test-orphan") == []
+
+
+# A leader that daemonizes a child into its own group and exits, as `ray start` without
+# --block leaves the head's agents; the child's environment is no help (Ray's agents retitle
+# themselves over it).
+DAEMONIZE = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n"
+
+
+def test_process_group_finds_what_daemonized_away_after_its_leader_died(tmp_path: Path) -> None:
+    leader = spawn_process_group([sys.executable, "-c", DAEMONIZE], dict(os.environ), tmp_path / "group.log")
+    psutil.wait_procs([psutil.Process(leader)], timeout=10) if pid_alive(leader) else None
+    deadline = time.monotonic() + 10
+    members = process_group(leader)
+    while not members and time.monotonic() < deadline:
+        time.sleep(0.05)
+        members = process_group(leader)
+    try:
+        assert len(members) == 1 and members[0].pid != leader
+        assert members[0].ppid() != leader, "orphaned: its parent is gone"
+    finally:
+        end_processes(members, grace_s=2)
+    assert process_group(leader) == []
