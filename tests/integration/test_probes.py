@@ -9,8 +9,10 @@ import pytest
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe
 from inferchaos.steady_state.ray import RayProbe
+from inferchaos.steady_state.serve import ServeProbe
 from inferchaos.steady_state.vllm import VllmProbe
 
 pytestmark = pytest.mark.integration
@@ -80,3 +82,24 @@ def test_ray_probe_counts_the_nodes_and_logical_gpus(
     assert (
         values["ray.gpus_available"] == env_config.workers * env_config.gpus_per_worker - env_config.replicas
     )
+
+
+def test_serve_probe_reads_every_replica_running_from_the_real_dashboard(
+    local_env: LocalEnvironment, env_config: LocalEnvConfig
+) -> None:
+    state = local_env.load_state()
+
+    async def read() -> list[Sample]:
+        probe = ServeProbe(state.dashboard_url, state.read_token)
+        try:
+            return await probe.read()
+        finally:
+            await probe.aclose()
+
+    samples = asyncio.run(read())
+    running = [s for s in samples if s.probe == "ray.serve_replicas" and s.labels["state"] == "RUNNING"]
+    assert [(s.labels["app"], s.labels["deployment"], s.value) for s in running] == [
+        ("inferchaos", "vllm", float(env_config.replicas))
+    ]
+    per_replica = [s for s in samples if s.probe == "ray.serve_replica"]
+    assert len(per_replica) == env_config.replicas and all(s.value == 1.0 for s in per_replica)
