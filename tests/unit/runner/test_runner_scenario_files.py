@@ -26,16 +26,19 @@ SCENARIOS = sorted((REPO / "experiments").glob("*.yaml"))
 K8S_SCENARIOS = {"anti_affinity_pending", "gpu_ledger_squat", "k8s_node_loss"}
 
 
-def test_there_are_nine_scenarios() -> None:
+def test_there_are_twelve_scenarios() -> None:
     assert [p.stem for p in SCENARIOS] == [
         "actor_leak",
         "anti_affinity_pending",
+        "engine_death",
+        "engine_hang",
         "gcs_loss",
         "gpu_ledger_squat",
         "gpu_memory_squat",
         "k8s_node_loss",
         "kv_flood",
         "node_loss",
+        "serve_controller_loss",
         "strict_pg_stall",
     ]
 
