@@ -20,7 +20,8 @@ pass a queue SLO on its healthy neighbour's numbers. A source that failed a read
 also heard from in the window is not silent: transient read errors are normal. A
 ``window_s`` window looks back before its phase for this (not for its value), so an error
 on a phase's first tick is not silence either. This holds for phase verdicts (a windowed
-recovery SLO: its last window; other windowed SLOs: every window), for detection and
+recovery SLO: the window ending at the phase's last reading of any probe, so a series that
+went quiet fails it; other windowed SLOs: every window), for detection and
 recovery (a silent window is a not-ok evaluation at its time, so recovery is not confirmed
 while a source is silent) and for a baseline that scales a threshold (a silent baseline is
 no baseline).
@@ -33,6 +34,7 @@ request failed before the front door named the replica) counts against that SLO;
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -345,25 +347,44 @@ def slo_evolution(slo: Slo, series: Series, sources: Sequence[Source] = ()) -> l
     failed read's time is only judged when its source is silent there, so a run whose
     sources all answer is judged at its sample times alone.
     """
-    agg = get_aggregate(slo.agg)
     sampled = {t for points in series.values() for t, _ in points}
     failed = {t for source in sources for t in source.failed_at}
     evolution: list[Judgement] = []
     for t in sorted(sampled | failed):
-        start = math.nextafter(t, -math.inf) if slo.window_s is None else t - slo.window_s
-        silence = _silence(sources, start, t)
-        if t not in sampled and silence is None:
+        judged = judge_at(slo, series, sources, t)
+        if t not in sampled and judged.silence is None:
             continue
-        in_window = {
-            key: window
-            for key, points in series.items()
-            if (window := _window_points(points, t, slo.window_s, agg.min_points))
-        }
-        value = _aggregate(agg, in_window)
-        if value is not None or silence is not None:
-            ok = silence is None and value is not None and slo.holds(value)
-            evolution.append(Judgement(t, value, ok, silence))
+        if judged.value is not None or judged.silence is not None:
+            evolution.append(judged)
     return evolution
+
+
+def judge_at(slo: Slo, series: Series, sources: Sequence[Source], t: float) -> Judgement:
+    """The SLO at time ``t``: the readings at ``t``, or its window ``(t - window_s, t]``.
+
+    ``value`` is None where the window holds no reading (or too few for the aggregate);
+    such a judgement does not hold.
+    """
+    agg = get_aggregate(slo.agg)
+    start = math.nextafter(t, -math.inf) if slo.window_s is None else t - slo.window_s
+    silence = _silence(sources, start, t)
+    in_window = {
+        key: window
+        for key, points in series.items()
+        if (window := _window_points(points, t, slo.window_s, agg.min_points))
+    }
+    value = _aggregate(agg, in_window)
+    return Judgement(t, value, silence is None and value is not None and slo.holds(value), silence)
+
+
+def last_observed(timeline: Timeline, window: PhaseWindow) -> float:
+    """The time of the last reading of any probe in ``window`` (its end when it has none).
+
+    A windowed recovery SLO is judged on the window that ends here: the latest state of the
+    system anything saw. Ending it at the SLO's own last sample instead would judge a series
+    that went quiet (a replica taken out of rotation gets no canary request) on stale data.
+    """
+    return max((row.t for row in timeline.rows if window.contains(row.t)), default=window.end)
 
 
 def _where(slo: Slo, window: PhaseWindow, t: float | None = None) -> str:
@@ -411,11 +432,19 @@ def evaluate_slo(
         observed = _aggregate(get_aggregate(slo.agg), series)
         silence, where = _phase_silence(sources, window), _where(slo, window)
     else:
-        judged = slo_evolution(slo, series, sources)
         if slo.phase is Phase.RECOVERY:
             # How fast the system got back is time_to_recover's job; a windowed recovery SLO
-            # judges the state it got back to: its last window.
-            judged = judged[-1:]
+            # judges the state it got back to: the window that ends where the run last looked.
+            end = last_observed(timeline, window)
+            final = judge_at(slo, series, sources, end)
+            if final.value is None and final.silence is None and samples:
+                last = max(t for points in series.values() for t, _ in points)
+                return result(False, None, samples,
+                              f"no samples of {selector} in the last {slo.window_s:g} s of the recovery phase "
+                              f"(the last at +{last - window.start:.1f} s of +{end - window.start:.1f} s)")  # fmt: skip
+            judged = [final]
+        else:
+            judged = slo_evolution(slo, series, sources)
         values = [j.value for j in judged if j.value is not None]
         if not values:
             observed = None
@@ -523,10 +552,12 @@ def recover(
 ) -> RecoveryResult | None:
     """When every ``recovery.steady`` SLO held again for ``hold_s`` after the revert; None if undeclared.
 
-    Each SLO's state at a moment is its latest evaluation (per sample or per window, clipped
-    to the recovery phase); one where a source of it is silent is not ok. Steady from ``s``
-    means every SLO is ok at ``s`` and stays ok through ``s + hold_s``, with samples reaching
-    that far. Recovered when such an ``s`` exists at most ``within_s`` after the revert.
+        Each SLO's state at a moment is its latest evaluation (per sample or per window, clipped
+        to the recovery phase); one where a source of it is silent is not ok. Steady from ``s``
+        means every SLO is ok at ``s`` and stays ok through ``s + hold_s``, with samples reaching
+        that far; for a windowed SLO, no stretch longer than its window without an evaluation (its
+    window would be empty there). Recovered when such an ``s`` exists at most ``within_s`` after
+    the revert.
     """
     if spec.recovery is None:
         return None
@@ -549,7 +580,7 @@ def recover(
     for s in candidates:
         if s + rec.hold_s > last_seen:
             break
-        if all(_steady(ev, s, s + rec.hold_s) for ev in evolutions.values()):
+        if all(_steady(ev, s, s + rec.hold_s, slos[name].window_s) for name, ev in evolutions.items()):
             return RecoveryResult(True, s - recovery.start, s, s + rec.hold_s)
     # A steady SLO still silent at the end says which source kept recovery from being confirmed.
     silent_at_end = "".join(
@@ -573,13 +604,21 @@ def _held(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Judgement]:
     return slo_evolution(slo, _slo_series(timeline, slo, window), _sources(timeline, slo, window))
 
 
-def _steady(evolution: Sequence[Judgement], start: float, end: float) -> bool:
+def _steady(evolution: Sequence[Judgement], start: float, end: float, window_s: float | None) -> bool:
     times = [j.t for j in evolution]
     at_start = bisect.bisect_right(times, start) - 1
     if at_start < 0:
         return False  # no evaluation yet at ``start``: its state is unknown, not ok
     through = bisect.bisect_right(times, end)
-    return all(j.ok for j in evolution[at_start:through])
+    held = evolution[at_start:through]
+    if not all(j.ok for j in held):
+        return False
+    if window_s is None:
+        return True
+    # A windowed SLO's state at a moment is its window ending then: once its series has been
+    # quiet for longer than the window, that window is empty and the state unknown, not ok.
+    seen = [j.t for j in held] + [end]
+    return all(later - earlier < window_s for earlier, later in itertools.pairwise(seen))
 
 
 def evaluate(timeline: Timeline, spec: SloSpec) -> Evaluation:

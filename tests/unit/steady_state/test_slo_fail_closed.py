@@ -257,3 +257,63 @@ def test_the_rule_is_for_failures_that_lack_the_label_only(synth: Synth) -> None
     # Latency has no failure value to attribute.
     ttft = spec(SURVIVOR_SERVES.replace("canary.success", "canary.ttft_s")).slos[0]
     assert not counts_toward(Row(t, "canary.ttft_s", {}, 0.0), ttft)
+
+
+# A replica that went quiet after the revert: taken out of rotation, it gets no canary request,
+# so it leaves neither a failure nor an error row behind, only silence.
+
+REPLICA_0_SERVES_AFTER = (
+    "{name: replica_0_serves_after, probe: canary.success, labels: {replica: replica-0}, agg: mean,"
+    ' op: ">=", threshold: 0.9, phase: recovery, window_s: 5}'
+)
+
+
+def rotation_run(synth: Synth, replica_0_until: float) -> Timeline:
+    """After the revert (20) both replicas serve one canary request a second; replica-0's stop
+    after ``replica_0_until`` while replica-1's go on to the end (40)."""
+    rows = synth.rows("canary.success", [1.0] * int(replica_0_until - 20), start=20.5, labels=REPLICA_0)
+    rows += synth.rows("canary.success", [1.0] * 20, start=20.75, labels=REPLICA_1)
+    return synth.timeline(rows, **MARKS)
+
+
+def test_a_replica_that_went_quiet_fails_its_windowed_recovery_slo(synth: Synth) -> None:
+    # replica-0 served 20-25 and was then out of rotation until the end: its last 5 s window
+    # (ending at the phase's last reading, 39.75) holds no request.
+    result = evaluate_slo(rotation_run(synth, replica_0_until=25), spec(REPLICA_0_SERVES_AFTER).slos[0])
+    assert not result.ok and result.observed is None
+    assert result.reason.startswith("no samples of canary.success{replica=replica-0} in the last 5 s")
+    # Serving to the end, it passes.
+    result = evaluate_slo(rotation_run(synth, replica_0_until=40), spec(REPLICA_0_SERVES_AFTER).slos[0])
+    assert result.ok and result.observed == 1.0
+
+
+def test_recovery_is_not_confirmed_on_a_window_left_empty(synth: Synth) -> None:
+    # replica-0 answered once (20.5) and then went quiet while replica-1 served on: its 5 s
+    # window is ok until 25.5 and empty from then, so a 5 s hold from 20.5 never completes.
+    both = spec(
+        REPLICA_0_SERVES_AFTER,
+        REPLICA_0_SERVES_AFTER.replace("replica_0", "replica_1").replace("replica-0", "replica-1"),
+        recovery="{within_s: 30, hold_s: 5, steady: [replica_0_serves_after, replica_1_serves_after]}",
+    )
+    result = recover(rotation_run(synth, replica_0_until=21), both)
+    assert result is not None and not result.recovered
+    result = recover(rotation_run(synth, replica_0_until=40), both)
+    assert result is not None and result.recovered and result.time_to_recover_s == 0.75
+
+
+def test_a_labelled_relative_threshold_scales_from_that_replicas_own_baseline(synth: Synth) -> None:
+    # replica-0 answered in 0.1 s and replica-1 in 1.0 s before the fault; during it both take
+    # 0.5 s. replica-0 is 5x its own baseline (fails 3x); replica-1 is faster than its own.
+    survivor = (
+        '{name: survivor_ttft, probe: canary.ttft_s, labels: {replica: REPLICA}, agg: p95, op: "<=",'
+        " threshold: {times_baseline: 3}, phase: during}"
+    )
+    rows = synth.rows("canary.ttft_s", [0.1] * 10, labels=REPLICA_0)
+    rows += synth.rows("canary.ttft_s", [1.0] * 10, labels=REPLICA_1)
+    rows += synth.rows("canary.ttft_s", [0.5] * 10, start=10, labels=REPLICA_0)
+    rows += synth.rows("canary.ttft_s", [0.5] * 10, start=10, labels=REPLICA_1)
+    timeline = synth.timeline(rows, **MARKS)
+    on_0 = evaluate_slo(timeline, spec(survivor.replace("REPLICA", "replica-0")).slos[0])
+    on_1 = evaluate_slo(timeline, spec(survivor.replace("REPLICA", "replica-1")).slos[0])
+    assert (on_0.ok, on_0.baseline, on_0.threshold) == (False, 0.1, 0.30000000000000004)
+    assert (on_1.ok, on_1.baseline, on_1.threshold) == (True, 1.0, 3.0)
