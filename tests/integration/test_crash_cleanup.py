@@ -4,8 +4,8 @@ The runner is SIGKILLed (its whole process group: a flood's client threads die w
 the ledger shows the fault acting; nothing in the runner gets to revert. `inferchaos cleanup`
 must then revert every entry from the ledger alone, and the environment must be whole again:
 no ledger entry, no leaked actor or placement group, no stopped (frozen) process, no queue
-left in vLLM, no blinded health check, every replica healthy and every spare GPU free. The
-actor leak's case is in test_scenarios.py.
+left in vLLM, no blinded health check, no slowed replica's cgroup, every replica healthy and
+every spare GPU free. The actor leak's case is in test_scenarios.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from inferchaos.primitives.vllm_metrics import parse_metrics
 pytestmark = pytest.mark.integration
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+# vllm.slow_engine has no scenario yet: a test experiment with its mechanism left to fill in.
+SLOW_ENGINE = Path(__file__).resolve().parents[1] / "fixtures" / "crash_experiments" / "slow_engine.yaml"
 
 
 # (experiment, the faults whose ledger entries must be acting before the kill)
@@ -43,7 +45,31 @@ CASES = {
     ),
     # The crash loop dies with the runner; cleanup must still see the controller back.
     "kill_serve_controller": ("serve_controller_loss.yaml", {"ray.kill_serve_controller"}),
+    # A cgroup quota outlives the runner; a duty cycle dies with it, perhaps mid-stop.
+    "slow_engine+cgroup": (str(SLOW_ENGINE), {"vllm.slow_engine"}),
+    "slow_engine+duty_cycle": (str(SLOW_ENGINE), {"vllm.slow_engine"}),
 }
+
+
+def _experiment(case: str, name: str, tmp_path: Path) -> Path:
+    """The experiment file of ``case``: a shipped one, or the slow_engine test experiment with
+    the case's mechanism written in."""
+    if Path(name) != SLOW_ENGINE:
+        return EXPERIMENTS / name
+    mechanism = case.split("+", 1)[1]
+    written = tmp_path / f"slow_engine_{mechanism}.yaml"
+    written.write_text(SLOW_ENGINE.read_text().replace("MECHANISM", mechanism))
+    return written
+
+
+def _slow_groups_left() -> list[str]:
+    """Cgroups of slowed replicas that still exist (cleanup must remove them)."""
+    from inferchaos.primitives.cpu_quota import find_cpu_controller, is_slow_group
+
+    controller = find_cpu_controller()
+    if controller is None:
+        return []
+    return sorted(p.name for p in controller.root.iterdir() if p.is_dir() and is_slow_group(p.name))
 
 
 def _queues_empty(env: LocalEnvironment) -> bool:
@@ -65,12 +91,15 @@ def test_cleanup_after_kill_9_restores_the_environment(
     from ray.util.state import list_actors
 
     from inferchaos.faults.ray.actors import LEAK_NAMESPACE
+    from inferchaos.primitives.cpu_quota import cpu_quota_available
     from inferchaos.primitives.memory_budget import budgets_available
 
     name, acting = CASES[case]
     if name == "gpu_memory_squat.yaml" and not budgets_available()[0]:
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
-    experiment = EXPERIMENTS / name
+    if case == "slow_engine+cgroup" and cpu_quota_available()[0] is None:
+        pytest.skip(f"no writable cpu cgroup here: {cpu_quota_available()[1]}")
+    experiment = _experiment(case, name, tmp_path)
     wait_until_whole(local_env)
     ledger = Ledger(integration_home / "ledger")
     env = {**os.environ, "INFERCHAOS_HOME": str(integration_home)}
@@ -102,6 +131,7 @@ def test_cleanup_after_kill_9_restores_the_environment(
         assert f"reverted {fault}" in cleanup.stdout
     assert ledger.is_empty()
     assert stopped_processes(local_env) == []
+    assert _slow_groups_left() == [], "cleanup must remove a slowed replica's cgroup"
     assert local_env.health_check_in_force() == "progress", "a blinded health check must be restored"
     wait_until_whole(local_env)
     local_env.connect_ray()
