@@ -63,6 +63,8 @@ EXPECTED: dict[str, str] = {
     "pauses_after_nan.yaml": "method[0].pauses.after: must be a finite number, got nan",
     "pauses_after_infinite.yaml": "method[0].pauses.after: must be a finite number, got inf",
     "baseline_duration_nan.yaml": "baseline.duration_s: must be a finite number, got nan",
+    "baseline_duration_infinite.yaml": "baseline.duration_s: must be a finite number, got inf",
+    "slo_after_s_nan.yaml": "slos[2].after_s: must be a finite number, got nan",
     "slo_window_infinite.yaml": "slos[4].window_s: must be a finite number, got inf",
     "recovery_within_nan.yaml": "recovery.within_s: must be a finite number, got nan",
     "recovery_hold_infinite.yaml": "recovery.hold_s: must be a finite number, got inf",
@@ -75,6 +77,8 @@ EXPECTED: dict[str, str] = {
     "stop_condition_missing_probe.yaml": "stop_conditions[0].probe: required",
     "stop_condition_missing_op.yaml": "stop_conditions[0].op: required",
     "stop_condition_missing_threshold.yaml": "stop_conditions[0].threshold: required",
+    "stop_condition_bad_agg.yaml": "stop_conditions[0].agg: unknown aggregate 'average'; use one of mean, ",
+    "stop_condition_bad_window.yaml": "stop_conditions[0].window_s: must be a number, got str '10s'",
     "stop_condition_unknown_probe.yaml": "stop_conditions[0].probe: unknown probe 'canary.sucess'; did you mean 'canary.success'?",
     # The gray faults' arguments, and an SLO's after_s.
     "hang_what_unknown.yaml": f"{ARGS}: vllm.hang_engine: what: must be one of engine, server, all; got 'brain'",
@@ -85,6 +89,7 @@ EXPECTED: dict[str, str] = {
     "recovery_not_a_mapping.yaml": "recovery: must be a mapping, got list",
     "recovery_missing_within.yaml": "recovery.within_s: required",
     "recovery_steady_not_a_list.yaml": "recovery.steady: must be a non-empty list of SLO names, got 'ttft_after'",
+    "recovery_unknown_key.yaml": "recovery.hold: unknown key; use one of within_s, hold_s, steady",
     "recovery_unknown_steady.yaml": "recovery.steady[1]: no SLO named 'queue_empty'; declared: kv_headroom_before, ",
     # SLO keys.
     "bad_agg.yaml": "slos[2].agg: unknown aggregate 'average'; use one of mean, ",
