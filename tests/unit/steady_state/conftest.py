@@ -47,6 +47,8 @@ class FakeServer:
     # Waited on after the response headers went out, before the first chunk: a stalled stream.
     stall: asyncio.Event | None = None
     replica_header: str = "replica-0"
+    # Whether an error answer (completion_status other than 200) names the replica too.
+    error_replica_header: bool = False
     # Sent as `data: {"error": ...}` after the first chunk, as vLLM reports a failure mid-stream.
     stream_error: str = ""
     metrics_served: int = 0
@@ -75,7 +77,8 @@ def _app(state: FakeServer) -> web.Application:
         state.completions_started += 1
         body = await request.json()
         if state.completion_status != 200:
-            return web.Response(status=state.completion_status, text="engine dead")
+            headers = {"x-inferchaos-replica": state.replica_header} if state.error_replica_header else {}
+            return web.Response(status=state.completion_status, text="engine dead", headers=headers)
         if state.hang is not None:
             await state.hang.wait()
         response = web.StreamResponse(headers={"x-inferchaos-replica": state.replica_header})

@@ -115,6 +115,41 @@ async def test_a_stream_that_stalls_after_its_headers_is_a_failure_of_the_replic
     assert all(s.labels == {"replica": "replica-0"} for s in failures)
 
 
+async def test_a_request_that_times_out_before_any_header_is_an_unattributed_failure(
+    fake_server: FakeServer,
+) -> None:
+    # A frozen replica (or front door) accepts the connection and answers nothing at all: the
+    # request times out with no replica named, so its failure is nobody's in particular and
+    # counts against every replica-scoped SLO (steady_state.evaluation.counts_toward).
+    fake_server.hang = asyncio.Event()
+    config = CanaryConfig(
+        fake_server.url, "tiny-llama", rate_per_s=5.0, max_in_flight=32, request_timeout_s=0.5
+    )
+    probe = CanaryProbe(config)
+    await probe.start()
+    try:
+        samples = await collect(probe, lambda s: len(successes(s)) >= 2)
+    finally:
+        await probe.stop()
+    failures = [s for s in samples if s.probe == "canary.success"]
+    assert len(failures) >= 2 and {s.value for s in failures} == {0.0}
+    assert all("replica" not in s.labels for s in failures)
+    assert not [s for s in samples if s.probe == "canary.ttft_s"], "a request that never started has no TTFT"
+
+
+async def test_an_http_error_that_names_its_replica_is_that_replicas_failure(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    # Serve's proxy answers 500 for a replica whose vLLM refused the request, with the header.
+    fake_server.completion_status = 500
+    fake_server.error_replica_header = True
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 2)
+    failures = [s for s in samples if s.probe == "canary.success"]
+    assert failures and {s.value for s in failures} == {0.0}
+    assert all(s.labels == {"replica": "replica-0"} for s in failures)
+
+
 async def test_an_error_event_keeps_the_replica_that_served_it(
     fake_server: FakeServer, canary: CanaryProbe
 ) -> None:
