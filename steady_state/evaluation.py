@@ -26,6 +26,9 @@ recovery (a silent window is a not-ok evaluation at its time, so recovery is not
 while a source is silent) and for a baseline that scales a threshold (a silent baseline is
 no baseline).
 
+For a probe of :data:`FAILED_READ_IS_ZERO` (``vllm.healthy``) each failed read that concerns
+the SLO is also a reading of 0: a replica whose server answers one read in two is not up.
+
 A ``canary.success`` failure that lacks a label an SLO selects on (no ``replica``: the
 request failed before the front door named the replica) counts against that SLO; see
 :func:`counts_toward`.
@@ -195,6 +198,13 @@ Series = Mapping[str, Sequence[Point]]
 UNATTRIBUTED_FAILURES: frozenset[str] = frozenset({"canary.success"})
 
 
+# Availability read from a replica's own server: a read of that server that failed (its
+# /metrics did not answer) is a reading of 0, not a gap. Transient errors are normal for a
+# gauge such as a queue length, whose value a failed read says nothing about; for "is it up"
+# an unanswered read is the answer, and a replica failing half its reads is not available.
+FAILED_READ_IS_ZERO: frozenset[str] = frozenset({"vllm.healthy"})
+
+
 def _compatible(labels: Mapping[str, str], other: Mapping[str, str]) -> bool:
     """No key of both has two different values."""
     return all(other[key] == value for key, value in labels.items() if key in other)
@@ -224,10 +234,21 @@ def _aggregate(agg: Aggregate, series: Series) -> float | None:
 
 def _slo_series(timeline: Timeline, slo: Slo, window: PhaseWindow) -> dict[str, list[Point]]:
     series: dict[str, list[Point]] = {}
+    failed_is_zero = slo.probe in FAILED_READ_IS_ZERO
     for row in timeline.rows:
-        if row.probe == slo.probe and window.contains(row.t) and row.ok and counts_toward(row, slo):
+        if not window.contains(row.t):
+            continue
+        if row.probe == slo.probe and row.ok and counts_toward(row, slo):
             series.setdefault(row.label_text(), []).append((row.t, row.value))
+        elif failed_is_zero and _concerns(row, slo):
+            series.setdefault(row.label_text(), []).append((row.t, 0.0))
     return {key: sorted(points) for key, points in series.items()}
+
+
+def _concerns(row: Row, slo: Slo) -> bool:
+    """Whether ``row`` is a failed read of a Probe object that may speak for ``slo``: of its
+    layer, with labels that contradict none of the SLO's."""
+    return bool(row.error) and probe_layer(row.probe) == slo.layer and _compatible(row.labels, slo.labels)
 
 
 @dataclass(frozen=True)
@@ -265,12 +286,7 @@ def _sources(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Source]:
     """The sources of failed reads in ``window`` that concern ``slo`` (module docstring)."""
     failed: dict[tuple[str, str], list[Row]] = {}
     for row in timeline.rows:
-        if (
-            row.error
-            and window.contains(row.t)
-            and probe_layer(row.probe) == slo.layer
-            and _compatible(row.labels, slo.labels)
-        ):
+        if window.contains(row.t) and _concerns(row, slo):
             failed.setdefault((row.probe, row.label_text()), []).append(row)
     if not failed:
         return []

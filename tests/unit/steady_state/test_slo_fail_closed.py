@@ -317,3 +317,31 @@ def test_a_labelled_relative_threshold_scales_from_that_replicas_own_baseline(sy
     on_1 = evaluate_slo(timeline, spec(survivor.replace("REPLICA", "replica-1")).slos[0])
     assert (on_0.ok, on_0.baseline, on_0.threshold) == (False, 0.1, 0.30000000000000004)
     assert (on_1.ok, on_1.baseline, on_1.threshold) == (True, 1.0, 3.0)
+
+
+# Failed reads of a replica's server are readings of "not up" for its availability.
+
+REPLICA_0_UP = (
+    '{name: replica_0_up, probe: vllm.healthy, labels: {replica: replica-0}, agg: mean, op: ">=",'
+    " threshold: 0.9, phase: during}"
+)
+
+
+def test_a_replica_that_answers_one_read_in_two_is_not_available(synth: Synth) -> None:
+    # replica-0's /metrics failed on every odd tick of the fault and said healthy on the even
+    # ones: half its reads are no answer, and it fails an availability SLO of 0.9.
+    odd = set(range(11, 20, 2))
+    timeline = synth.timeline(
+        replica(synth, "replica-0", "vllm.healthy", 1.0, odd)
+        + replica(synth, "replica-1", "vllm.healthy", 1.0, set()),
+        **MARKS,
+    )
+    result = evaluate_slo(timeline, spec(REPLICA_0_UP).slos[0])
+    assert not result.ok and result.observed == 0.5 and result.samples == 10
+    neighbour = spec(REPLICA_0_UP.replace("replica_0", "replica_1").replace("replica-0", "replica-1"))
+    assert evaluate_slo(timeline, neighbour.slos[0]).ok, "replica-0's failed reads are not replica-1's"
+    # A queue length says nothing when its read fails: the same gaps leave it passing.
+    queue = evaluate_slo(
+        queue_run(synth, silent_0=odd), spec(QUEUE_AFTER.replace("recovery", "during")).slos[0]
+    )
+    assert queue.ok
