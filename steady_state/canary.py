@@ -8,6 +8,7 @@ sampler that stalls. Every request becomes data: a refused connection is ``succe
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -78,7 +79,10 @@ def phase_between_ticks(rate_per_s: float, interval_s: float) -> float:
 class CanaryProbe:
     """Sends canary requests at ``config.rate_per_s`` between :meth:`start` and :meth:`stop`.
 
-    :meth:`read` returns the requests that finished since the previous read. At most
+    :meth:`read` returns the requests that finished since the previous read, and
+    ``canary.oldest_wait_s``: how long the oldest request in flight has waited for its first
+    token (0 when none waits). A hung engine answers nothing, so its requests only finish when
+    they time out; that reading shows them waiting from the first tick on. At most
     ``config.max_in_flight`` requests are outstanding; a request due while the cap is reached
     is not sent and counts as a failure, because a front door that holds requests that long
     is failing its users.
@@ -94,6 +98,8 @@ class CanaryProbe:
         self._runner: asyncio.Task[None] | None = None
         self._in_flight: set[asyncio.Task[StreamResult]] = set()
         self._finished: list[StreamResult] = []
+        # When each request in flight that has no first token yet was sent (loop time), by number.
+        self._waiting: dict[int, float] = {}
         # Every replica that has answered so far, in order, for ``canary.routed``.
         self._replicas_seen: dict[str, None] = {}
         self.sent = 0
@@ -125,6 +131,7 @@ class CanaryProbe:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        self._waiting.clear()
         if self._owns_client and self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -136,6 +143,10 @@ class CanaryProbe:
         for result in finished:
             samples.extend(result_samples(result))
             samples.extend(self._routed_samples(result))
+        if self._runner is not None:
+            now = asyncio.get_running_loop().time()
+            oldest = max((now - sent for sent in self._waiting.values()), default=0.0)
+            samples.append(Sample("canary.oldest_wait_s", oldest, {}))
         return samples
 
     def _routed_samples(self, result: StreamResult) -> list[Sample]:
@@ -173,6 +184,9 @@ class CanaryProbe:
             )
             return
         assert self._client is not None
+        self.sent += 1
+        number = self.sent
+        self._waiting[number] = asyncio.get_running_loop().time()
         task = asyncio.create_task(
             stream_completion_async(
                 self._client,
@@ -181,14 +195,18 @@ class CanaryProbe:
                 self.config.prompt,
                 max_tokens=self.config.max_tokens,
                 timeout_s=self.config.request_timeout_s,
+                on_first_token=functools.partial(self._first_token, number),
             )
         )
-        self.sent += 1
         self._in_flight.add(task)
-        task.add_done_callback(self._on_done)
+        task.add_done_callback(functools.partial(self._on_done, number))
 
-    def _on_done(self, task: asyncio.Task[StreamResult]) -> None:
+    def _first_token(self, number: int) -> None:
+        self._waiting.pop(number, None)
+
+    def _on_done(self, number: int, task: asyncio.Task[StreamResult]) -> None:
         self._in_flight.discard(task)
+        self._waiting.pop(number, None)
         if task.cancelled():
             return
         error = task.exception()

@@ -33,7 +33,15 @@ VLLM_PROBES: frozenset[str] = frozenset(
 )
 
 CANARY_PROBES: frozenset[str] = frozenset(
-    {"canary.success", "canary.ttft_s", "canary.itl_s", "canary.e2e_s", "canary.routed"}  # routed: {replica}
+    # routed: {replica}; oldest_wait_s: the oldest request in flight still without a first token.
+    {
+        "canary.success",
+        "canary.ttft_s",
+        "canary.itl_s",
+        "canary.e2e_s",
+        "canary.routed",
+        "canary.oldest_wait_s",
+    }
 )
 
 RAY_PROBES: frozenset[str] = frozenset(

@@ -1,4 +1,5 @@
-"""Detectors of slow failures that no single reading shows: leaks and scheduling stalls in Ray.
+"""Detectors of failures that no single reading shows: leaks and scheduling stalls in Ray, and
+requests that wait for a first token that never comes.
 
 Each looks at the timeline over time and returns :class:`Finding` records that carry the
 numbers behind them, so a report can show why it fired.
@@ -11,8 +12,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from inferchaos.steady_state.aggregates import Point
-from inferchaos.steady_state.timeline import Timeline, parse_labels
+from inferchaos.steady_state.aggregates import Point, p95
+from inferchaos.steady_state.timeline import Mark, Timeline, parse_labels
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +188,51 @@ def detect_tasks_pending_with_free_gpus(timeline: Timeline, min_duration_s: floa
     return []
 
 
+def detect_stalled_requests(
+    timeline: Timeline, min_wait_s: float = 1.0, times_baseline: float = 5.0
+) -> list[Finding]:
+    """A canary request waiting for its first token far longer than any healthy one did.
+
+    ``canary.oldest_wait_s`` (read each tick) is how long the oldest request in flight has
+    waited; it crosses the threshold, ``times_baseline`` x the baseline's TTFT p95 and never
+    below ``min_wait_s``, seconds before that request can time out. A hung engine behind a
+    live API server is seen here first: its ``/health`` stays 200, its replica's metrics
+    freeze, and the request itself only fails at its timeout. The baseline is the TTFT read
+    before the ``injected`` mark (none: the threshold is ``min_wait_s``). One finding per
+    episode above the threshold.
+    """
+    injected = timeline.marks.get(Mark.INJECTED)
+    baseline = [p for ps in timeline.series("canary.ttft_s", end=injected).values() for p in ps]
+    base_p95 = p95(baseline) if injected is not None and baseline else None
+    threshold = max(min_wait_s, times_baseline * base_p95) if base_p95 is not None else min_wait_s
+    waits = sorted(p for ps in timeline.series("canary.oldest_wait_s").values() for p in ps)
+    findings: list[Finding] = []
+    above = False
+    for t, wait in waits:
+        if wait < threshold:
+            above = False
+            continue
+        if above:
+            continue
+        above = True
+        healthy = (
+            f"{times_baseline:g} x the baseline's TTFT p95 {base_p95:.2f} s, at least {min_wait_s:g} s"
+            if base_p95 is not None
+            else f"{min_wait_s:g} s, no baseline"
+        )
+        findings.append(
+            Finding(
+                kind="stalled_request",
+                layer="canary",
+                subject="canary",
+                at=t,
+                message=f"a request waited {wait:.1f} s for its first token (threshold {threshold:.2f} s: {healthy})",
+                evidence={"wait_s": wait, "threshold_s": threshold, "baseline_ttft_p95_s": base_p95 or 0.0},
+            )
+        )
+    return findings
+
+
 @dataclass(frozen=True)
 class DetectorConfig:
     """Thresholds of the slow-failure detectors."""
@@ -196,6 +242,8 @@ class DetectorConfig:
     actor_min_points: int = 5
     pg_min_pending_s: float = 10.0
     tasks_min_duration_s: float = 5.0
+    stall_min_wait_s: float = 1.0
+    stall_times_baseline: float = 5.0
 
 
 def run_detectors(timeline: Timeline, config: DetectorConfig | None = None) -> list[Finding]:
@@ -207,5 +255,6 @@ def run_detectors(timeline: Timeline, config: DetectorConfig | None = None) -> l
         ),
         *detect_stalled_placement_groups(timeline, config.pg_min_pending_s),
         *detect_tasks_pending_with_free_gpus(timeline, config.tasks_min_duration_s),
+        *detect_stalled_requests(timeline, config.stall_min_wait_s, config.stall_times_baseline),
     ]
     return sorted(findings, key=lambda f: f.at)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,8 +94,13 @@ async def stream_completion_async(
     max_tokens: int = 16,
     timeout_s: float = 30.0,
     extra: dict[str, Any] | None = None,
+    on_first_token: Callable[[], None] | None = None,
 ) -> StreamResult:
-    """POST /v1/completions with ``stream: true`` and time it; never raises on HTTP failure."""
+    """POST /v1/completions with ``stream: true`` and time it; never raises on HTTP failure.
+
+    ``on_first_token`` is called once, when the first data chunk arrives: a caller watching
+    requests in flight can tell one that is waiting for its first token from one that streams.
+    """
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, **(extra or {})}
     start = time.perf_counter()
     times: list[float] = []
@@ -122,6 +128,8 @@ async def stream_completion_async(
                     continue
                 times.append(time.perf_counter() - start)
                 text.append(event.text)
+                if on_first_token is not None and len(times) == 1:
+                    on_first_token()
     except (httpx.HTTPError, ValueError) as e:
         return StreamResult(False, 0, times[0] if times else None, time.perf_counter() - start, len(times),
                             "".join(text), f"{type(e).__name__}: {e}", replica, times)  # fmt: skip

@@ -35,6 +35,15 @@ def successes(samples: list[Sample]) -> list[float]:
     return [s.value for s in samples if s.probe == "canary.success"]
 
 
+def per_request(samples: list[Sample]) -> list[Sample]:
+    """The samples of finished requests, without the reading of how long requests wait."""
+    return [s for s in samples if s.probe != "canary.oldest_wait_s"]
+
+
+def waits(samples: list[Sample]) -> list[float]:
+    return [s.value for s in samples if s.probe == "canary.oldest_wait_s"]
+
+
 @pytest.fixture
 async def canary(fake_server: FakeServer) -> AsyncIterator[CanaryProbe]:
     probe = CanaryProbe(CanaryConfig(fake_server.url, "tiny-llama", rate_per_s=20.0, max_in_flight=4))
@@ -53,7 +62,7 @@ async def test_successful_requests_report_latencies_labelled_by_replica(
     names = {s.probe for s in samples}
     assert {"canary.success", "canary.ttft_s", "canary.itl_s", "canary.e2e_s"} <= names
     assert names <= KNOWN_PROBES
-    assert all(s.labels == {"replica": "replica-0"} for s in samples)
+    assert all(s.labels == {"replica": "replica-0"} for s in per_request(samples))
     by_name: dict[str, list[float]] = {}
     for s in samples:
         by_name.setdefault(s.probe, []).append(s.value)
@@ -115,6 +124,35 @@ async def test_a_stream_that_stalls_after_its_headers_is_a_failure_of_the_replic
     assert all(s.labels == {"replica": "replica-0"} for s in failures)
 
 
+async def test_oldest_wait_shows_a_request_waiting_for_its_first_token(fake_server: FakeServer) -> None:
+    # The replica named itself and then produced nothing (a hung engine behind a live API
+    # server): the request waits, and each read says for how long, long before it times out.
+    fake_server.stall = asyncio.Event()
+    probe = CanaryProbe(CanaryConfig(fake_server.url, "tiny-llama", rate_per_s=2.0, request_timeout_s=30.0))
+    await probe.start()
+    try:
+        samples = await collect(probe, lambda s: max(waits(s), default=0.0) >= 1.0)
+        assert not successes(samples), "no request has finished: they all wait"
+        fake_server.stall.set()  # tokens flow again: nothing waits for a first token
+        samples = await collect(probe, lambda s: len(successes(s)) >= 2 and waits(s)[-1] < 0.5)
+    finally:
+        await probe.stop()
+    assert successes(samples) and set(successes(samples)) == {1.0}
+    assert waits(samples)[-1] < 0.5
+    assert all(s.labels == {} for s in samples if s.probe == "canary.oldest_wait_s")
+
+
+async def test_oldest_wait_is_zero_while_requests_stream(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    # Streaming requests got their first token at once: none waits, even while the stream goes on.
+    fake_server.chunks, fake_server.chunk_delay_s = 20, 0.05
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 3)
+    # Generous for a busy machine: a hung stream would wait for ever, not 2 s.
+    assert waits(samples) and max(waits(samples)) < 2.0
+
+
 async def test_a_request_that_times_out_before_any_header_is_an_unattributed_failure(
     fake_server: FakeServer,
 ) -> None:
@@ -157,7 +195,7 @@ async def test_an_error_event_keeps_the_replica_that_served_it(
     await canary.start()
     samples = await collect(canary, lambda s: len(successes(s)) >= 2)
     assert {s.value for s in samples if s.probe == "canary.success"} == {0.0}
-    assert all(s.labels == {"replica": "replica-0"} for s in samples)
+    assert all(s.labels == {"replica": "replica-0"} for s in per_request(samples))
 
 
 async def test_refused_front_door_is_data_with_success_0(refused_url: str) -> None:

@@ -10,6 +10,7 @@ from inferchaos.steady_state.detectors import (
     DetectorConfig,
     detect_actor_growth,
     detect_stalled_placement_groups,
+    detect_stalled_requests,
     detect_tasks_pending_with_free_gpus,
     least_squares_slope,
     run_detectors,
@@ -17,6 +18,8 @@ from inferchaos.steady_state.detectors import (
 
 if TYPE_CHECKING:
     from conftest import Synth
+
+    from inferchaos.steady_state.timeline import Timeline
 
 
 def test_least_squares_slope() -> None:
@@ -123,3 +126,37 @@ def test_run_detectors_orders_findings_by_time(synth: Synth) -> None:
         "tasks_pending_with_free_gpus",
     }
     assert [f.at for f in findings] == sorted(f.at for f in findings)
+
+
+def hang_timeline(synth: Synth, waits: list[float], ttft: float = 0.1) -> Timeline:
+    """A baseline of TTFT ``ttft`` (0-10 s), the fault at 10, and ``waits`` read from 10 on."""
+    return synth.timeline(
+        synth.rows("canary.ttft_s", [ttft] * 20, step=0.5),
+        synth.rows("canary.oldest_wait_s", waits, start=10),
+        baseline_start=0,
+        injected=10,
+    )
+
+
+def test_a_request_waiting_for_its_first_token_is_noticed_long_before_its_timeout(synth: Synth) -> None:
+    # A hung engine: the request sent at 10.2 waits on, 0.8 s, 1.8 s, ... until it would time out.
+    waits = [0.0, 0.8, 1.8, 2.8, 3.8, 4.8, 0.0]
+    (finding,) = detect_stalled_requests(hang_timeline(synth, waits))
+    assert finding.kind == "stalled_request" and finding.at - synth.t0 == 12.0
+    assert finding.evidence["threshold_s"] == 1.0 and finding.evidence["wait_s"] == 1.8
+
+
+def test_the_threshold_follows_the_baseline_so_a_slow_machine_is_not_a_hang(synth: Synth) -> None:
+    # Healthy TTFT was 0.4 s here: 5 x 0.4 = 2 s, so waits of up to 1.8 s are not a stall.
+    assert detect_stalled_requests(hang_timeline(synth, [0.4, 1.8, 1.2, 0.3], ttft=0.4)) == []
+    (finding,) = detect_stalled_requests(hang_timeline(synth, [0.4, 1.8, 2.4], ttft=0.4))
+    assert finding.evidence["threshold_s"] == pytest.approx(2.0)
+
+
+def test_one_finding_per_episode_and_run_detectors_includes_it(synth: Synth) -> None:
+    timeline = hang_timeline(synth, [0.0, 1.5, 2.5, 0.0, 0.0, 1.2, 0.0])
+    findings = detect_stalled_requests(timeline)
+    assert [f.at - synth.t0 for f in findings] == [11.0, 15.0]
+    assert [f.kind for f in run_detectors(timeline)] == ["stalled_request", "stalled_request"]
+    (higher,) = run_detectors(timeline, DetectorConfig(stall_min_wait_s=2.0))
+    assert (higher.at - synth.t0, higher.evidence["wait_s"]) == (12.0, 2.5)
