@@ -15,6 +15,7 @@ from inferchaos.reports.html import render_report
 from inferchaos.reports.index import find_runs, render_index_html
 from inferchaos.reports.junit import junit_xml
 from inferchaos.reports.load import RUN_FILES, load_run
+from inferchaos.reports.openmetrics import openmetrics_text
 from inferchaos.reports.plots import render_plots
 from inferchaos.reports.summary import render_summary
 
@@ -25,7 +26,8 @@ logger = logging.getLogger(__name__)
 REPORT_HTML = "report.html"
 JUNIT_XML = "junit.xml"
 SUMMARY_MD = "summary.md"
-REPORT_FILES: tuple[str, ...] = (REPORT_HTML, JUNIT_XML, SUMMARY_MD)
+OPENMETRICS_TXT = "openmetrics.txt"
+REPORT_FILES: tuple[str, ...] = (REPORT_HTML, JUNIT_XML, SUMMARY_MD, OPENMETRICS_TXT)
 INDEX_HTML = "index.html"
 
 
@@ -48,7 +50,7 @@ def _folder_files(run_dir: Path) -> list[str]:
 
 
 def render_run(run_dir: Path) -> list[Path]:
-    """Write report.html, junit.xml and summary.md into ``run_dir`` from its stored files.
+    """Write report.html, junit.xml, summary.md and openmetrics.txt into ``run_dir`` from its stored files.
 
     Raises ReportError, naming the file, when the folder lacks a file or one is malformed;
     nothing is written then.
@@ -60,6 +62,7 @@ def render_run(run_dir: Path) -> list[Path]:
         REPORT_HTML: render_report(run, render_plots(run), files),
         JUNIT_XML: junit_xml(run),
         SUMMARY_MD: render_summary(run, files),
+        OPENMETRICS_TXT: openmetrics_text([run]),
     }
     written = [_write(run_dir / name, text) for name, text in texts.items()]
     logger.info("%s: wrote %s", run_dir, ", ".join(texts))
