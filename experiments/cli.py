@@ -331,6 +331,11 @@ def _load_run(path: Path) -> tuple[ExperimentSpec, ControlSpec | None]:
     return load_and_validate(path), None
 
 
+def _new_run_dir(out: Path, name: str) -> Path:
+    """The folder of a run of ``name`` starting now, under ``out``."""
+    return out / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+
+
 def _run_one(
     spec: ExperimentSpec,
     env: LocalEnvironment | K8sEnvironment,
@@ -340,10 +345,14 @@ def _run_one(
     allow: AllowList | None = None,
     load: str | None = None,
     control: ControlSpec | None = None,
+    run_dir: Path | None = None,
 ) -> tuple[int, Verdict | None]:
-    """Run one experiment (or control) into ``out``: its exit code and verdict (None for a dry run)."""
+    """Run one experiment (or control) into ``out``: its exit code and verdict (None for a dry run).
+
+    ``run_dir`` is its run folder, by default a new one under ``out``.
+    """
     # Named here, so that Locust's CSVs (with --load) land in the run folder too.
-    run_dir = out / f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.name}"
+    run_dir = run_dir or _new_run_dir(out, spec.name)
     options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir,
                          control=control)  # fmt: skip
     factory = load_probe_factory(load, csv_dir=run_dir / "load") if load else build_probes
@@ -498,48 +507,61 @@ def wait_until_whole(
 
 def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEnvironment, out_dir: Path,
                interval: float, allow: AllowList | None, load: str | None) -> int:  # fmt: skip
-    """Run the planned experiments in order into one game-day folder, index the reports; the worst exit code.
+    """Run the planned experiments in order into one game-day folder, write the day's summary.json,
+    junit.xml and openmetrics.txt there, index the reports; the worst exit code.
 
     A negative control counts as 0 when its scenario failed as expected and 1 when it did not.
     """
+    from inferchaos.reports.errors import ReportError
+    from inferchaos.reports.render import DayRun, render_day, render_index
+
     day = out_dir / time.strftime("gameday-%Y%m%d-%H%M%S")
     worst = 0
     proofs: list[tuple[str, bool, str]] = []
+    day_runs: list[DayRun] = []
     for i, run in enumerate(planned):
         title = f"negative control: {run.control.breaks}" if run.control else run.spec.title
         console.rule(f"{run.spec.name}: {title}")
         if i > 0:
             wait_until_whole(environment)
         verdict: Verdict | None = None
+        run_dir = _new_run_dir(day, run.spec.name)
+        error = ""
         try:
-            code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control)
+            code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control,
+                                     run_dir=run_dir)  # fmt: skip
         except InferchaosError as e:
             # One experiment that cannot run is a finding of the day; the others still run.
             click.echo(f"inferchaos: {run.spec.name}: {e}", err=True)
-            code = e.exit_code
+            code, error = e.exit_code, str(e)
         if run.control is not None and code in (0, 1):
             outcome = verdict.control if verdict is not None and verdict.control else {}
             proven = outcome.get("result") == "failed_as_expected"
             proofs.append((run.spec.name, proven, str(outcome.get("message", "control left no verdict"))))
             code = 0 if proven else 1
         worst = max(worst, code)
+        day_runs.append(DayRun(run.spec.name, run_dir, code, error))
         if code == EXIT_INTERRUPTED:
             # The run was rolled back on Ctrl-C/SIGTERM; whoever stopped the day wants it over.
             skipped = [r.spec.name for r in planned[i + 1 :]]
             if skipped:
                 click.echo(f"inferchaos: game day interrupted; not run: {', '.join(skipped)}", err=True)
+            day_runs += [DayRun(name, None, None) for name in skipped]
             break
     for name, proven, message in proofs:
         console.print(f"[{'green' if proven else 'red'}]{name}: {message}[/]", highlight=False)
-    if out_dir.is_dir():
-        from inferchaos.reports.errors import ReportError
-        from inferchaos.reports.render import render_index
-
-        try:
-            console.print(f"game-day index: {render_index(out_dir)}", highlight=False)
-        except ReportError as e:
-            # The index is a convenience over the run folders: it must not change the day's exit code.
-            logger.error("could not write the game-day index of %s: %s", out_dir, e)
+    # The day's files and the index are conveniences over the run folders: neither may change
+    # the day's exit code.
+    try:
+        render_day(day, day_runs, worst)
+        console.print(f"game-day summary: {day / 'summary.json'} (junit.xml, openmetrics.txt beside it)",
+                      highlight=False)  # fmt: skip
+    except ReportError as e:
+        logger.error("could not write the game day's files into %s: %s", day, e)
+    try:
+        console.print(f"game-day index: {render_index(out_dir)}", highlight=False)
+    except ReportError as e:
+        logger.error("could not write the game-day index of %s: %s", out_dir, e)
     return worst
 
 
@@ -577,7 +599,8 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
 
     Every experiment and the config are validated, and every experiment is planned against the
     live environment (blast radius included), before the first one injects anything. The exit
-    code is the worst of the runs.
+    code is the worst of the runs. The day's folder gets summary.json, junit.xml (a testsuite
+    per run) and openmetrics.txt (every run's series) beside its run folders.
 
     local: the environment is brought up once; one already up is reused and left up, one started
     here is taken down at the end unless --keep-up. kind and cluster need --config (the

@@ -24,12 +24,14 @@ carry no timestamp: the Pushgateway refuses pushed timestamps.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest
 
 from inferchaos.reports import formatting as fmt
+from inferchaos.reports.errors import ReportError
 from inferchaos.reports.load import RunRecord, Status, VerdictRecord
 
 RUN_LABELS: tuple[str, ...] = ("experiment", "env", "control")
@@ -46,9 +48,22 @@ def _gauge(name: str, documentation: str, labels: Sequence[str], unit: str = "")
 
 class RunMetrics:
     """A prometheus_client collector over the verdicts of ``runs``: every run's series, one
-    family per metric name, as one exposition must hold them."""
+    family per metric name, as one exposition must hold them.
+
+    ReportError when two runs share an experiment and environment (a game day runs each
+    experiment once): their series could not be told apart.
+    """
 
     def __init__(self, runs: Sequence[RunRecord]) -> None:
+        seen: dict[tuple[str, str], Path] = {}
+        for run in runs:
+            key = (run.verdict.experiment, run.verdict.env)
+            if key in seen:
+                # Their series would share every label, which no exposition may hold twice.
+                raise ReportError(
+                    f"{run.run_dir}: another run of {key[0]} on {key[1]} ({seen[key]}) is in the same exposition"
+                )
+            seen[key] = run.run_dir
         self.runs = tuple(runs)
 
     def collect(self) -> Iterator[Metric]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from inferchaos.reports.errors import ReportError
 from inferchaos.reports.load import load_run
 from inferchaos.reports.openmetrics import openmetrics_text
 from inferchaos.reports.render import render_run
-from tests.fakes.report_runs import read_json
+from tests.fakes.report_runs import copy_run, read_json
 
 STATUSES = ("passed", "failed", "aborted", "error")
 Labels = frozenset[tuple[str, str]]
@@ -153,3 +155,11 @@ def test_several_runs_share_one_family_per_metric(run_copy: Callable[[str], Path
     assert text.count("# TYPE inferchaos_run_status gauge") == 1 and text.count("# EOF") == 1
     experiments = {dict(k)["experiment"] for k in samples(text)["inferchaos_run_status"]}
     assert experiments == {"kv_flood", "strict_pg_stall"}
+
+
+def test_two_runs_of_one_experiment_are_refused_in_one_exposition(tmp_path: Path) -> None:
+    """Their series would share every label: no valid exposition holds that."""
+    first, second = (load_run(copy_run(name, tmp_path / str(i))) for i, name in
+                     enumerate(("passed_kv_flood", "failed_kv_flood")))  # fmt: skip
+    with pytest.raises(ReportError, match="another run of kv_flood on local"):
+        openmetrics_text([first, second])
