@@ -97,6 +97,10 @@ def read_day(runs: Sequence[DayRun]) -> list[DayEntry]:
         if run.exit_code is None or run.run_dir is None:
             entries.append(DayEntry(run, None, NOT_RUN))
             continue
+        if run.error and not run.run_dir.is_dir():
+            # Refused before its run folder existed: the CLI's line is the whole story.
+            entries.append(DayEntry(run, None, run.error))
+            continue
         try:
             entries.append(DayEntry(run, load_run(run.run_dir)))
         except ReportError as e:
