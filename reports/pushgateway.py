@@ -42,8 +42,8 @@ def pushgateway_url(text: str) -> str:
     prometheus_client's default handler does not send them anyway.
     """
 
-    def refuse(problem: str) -> ConfigError:
-        return ConfigError(f"{problem}, got {text!r} (e.g. {EXAMPLE_URL})")
+    def refuse(problem: str, shown: str = text) -> ConfigError:
+        return ConfigError(f"{problem}, got {shown!r} (e.g. {EXAMPLE_URL})")
 
     if not text:
         raise refuse("expected a URL")
@@ -53,7 +53,9 @@ def pushgateway_url(text: str) -> str:
     if parts.scheme not in ("http", "https"):
         raise refuse("expected an http:// or https:// URL")
     if parts.username is not None or parts.password is not None:
-        raise refuse("credentials in the URL are not supported")
+        # Not even the refusal may print the password.
+        masked = text if parts.password is None else text.replace(f":{parts.password}@", ":***@", 1)
+        raise refuse("credentials in the URL are not supported", masked)
     if not parts.hostname:
         raise refuse("expected a host after the scheme")
     try:

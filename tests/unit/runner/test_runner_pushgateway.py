@@ -72,7 +72,7 @@ def test_a_bad_url_is_refused_in_one_line_before_anything_runs(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"inferchaos: invalid input: --pushgateway: {problem}"), lines[0]
-    assert repr(url) in lines[0]
+    assert repr(url.replace(":secret@", ":***@")) in lines[0]
     assert not home.exists() and not out.exists()
 
 
@@ -92,6 +92,13 @@ def test_a_good_url_becomes_the_gateways_base_url(url: str, base: str) -> None:
 def test_the_url_check_raises_a_config_error() -> None:
     with pytest.raises(ConfigError):
         pushgateway_url("gateway")
+
+
+def test_a_refused_url_never_prints_its_password() -> None:
+    with pytest.raises(ConfigError) as refused:
+        pushgateway_url("http://user:hunter2@gateway:9091")
+    assert "hunter2" not in str(refused.value)
+    assert "'http://user:***@gateway:9091'" in str(refused.value)
 
 
 def _run_with_push(
