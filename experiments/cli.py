@@ -91,6 +91,27 @@ INTERVAL_OPTION = click.option(
 )  # fmt: skip
 
 
+def _check_pushgateway(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    # Checked while the options are read, so a bad URL stops the command before anything runs.
+    from inferchaos.reports.pushgateway import pushgateway_url
+
+    if value is None:
+        return None
+    try:
+        return pushgateway_url(value)
+    except ConfigError as e:
+        raise ConfigError(f"--pushgateway: {e}") from e
+
+
+PUSHGATEWAY_OPTION = click.option(
+    "--pushgateway", "pushgateway", metavar="URL", default=None, callback=_check_pushgateway,
+    help="Also push each run's metrics (its openmetrics.txt series) to this Prometheus Pushgateway, "
+         "e.g. http://127.0.0.1:9091, once the run is judged: job inferchaos, grouped by experiment "
+         "and env, replacing that group. A failed push is reported in one line on stderr and never "
+         "changes the verdict or the exit code.",
+)  # fmt: skip
+
+
 def _configure_logging(verbose: bool) -> None:
     """Send the ``inferchaos`` logger tree to stderr; third-party loggers stay as they are."""
     handler = logging.StreamHandler(sys.stderr)
@@ -331,6 +352,26 @@ def _load_run(path: Path) -> tuple[ExperimentSpec, ControlSpec | None]:
     return load_and_validate(path), None
 
 
+def _push_run(gateway: str, run_dir: Path) -> None:
+    """Push a judged run's metrics; a failure is one line on stderr and leaves the verdict as it is."""
+    from inferchaos.reports.errors import PushError, ReportError
+    from inferchaos.reports.pushgateway import push_run
+
+    try:
+        key = push_run(gateway, run_dir)
+    except (PushError, ReportError) as e:
+        # The one line is the report; the log keeps the cause chain for -v.
+        logger.info("push of %s failed", run_dir, exc_info=e)
+        click.echo(f"inferchaos: pushgateway: {e}; the verdict and exit code stand", err=True)
+        return
+    console.print(f"  pushed to {gateway} ({', '.join(f'{k}={v}' for k, v in key.items())})", highlight=False)
+
+
+def _new_run_dir(out: Path, name: str) -> Path:
+    """The folder of a run of ``name`` starting now, under ``out``."""
+    return out / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
+
+
 def _run_one(
     spec: ExperimentSpec,
     env: LocalEnvironment | K8sEnvironment,
@@ -340,10 +381,16 @@ def _run_one(
     allow: AllowList | None = None,
     load: str | None = None,
     control: ControlSpec | None = None,
+    run_dir: Path | None = None,
+    pushgateway: str | None = None,
 ) -> tuple[int, Verdict | None]:
-    """Run one experiment (or control) into ``out``: its exit code and verdict (None for a dry run)."""
+    """Run one experiment (or control) into ``out``: its exit code and verdict (None for a dry run).
+
+    ``run_dir`` is its run folder, by default a new one under ``out``. With ``pushgateway`` its
+    metrics are pushed there once it is judged; the push cannot change the exit code.
+    """
     # Named here, so that Locust's CSVs (with --load) land in the run folder too.
-    run_dir = out / f"{time.strftime('%Y%m%d-%H%M%S')}-{spec.name}"
+    run_dir = run_dir or _new_run_dir(out, spec.name)
     options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir,
                          control=control)  # fmt: skip
     factory = load_probe_factory(load, csv_dir=run_dir / "load") if load else build_probes
@@ -353,6 +400,8 @@ def _run_one(
     if verdict is None:
         return 0, None
     _print_verdict(verdict, run_dir)
+    if pushgateway is not None:
+        _push_run(pushgateway, run_dir)
     code = (
         verdict.exit_code
         if str(verdict.status) != "aborted" or "interrupted" not in verdict.reason
@@ -378,6 +427,7 @@ LOAD_OPTION = click.option(
     "--dry-run", is_flag=True, help="Validate, print the plan and what would be touched; touch nothing."
 )
 @LOAD_OPTION
+@PUSHGATEWAY_OPTION
 def run_cmd(
     experiment: Path,
     env_name: str,
@@ -386,10 +436,12 @@ def run_cmd(
     interval: float,
     dry_run: bool,
     load: str | None,
+    pushgateway: str | None,
 ) -> None:
     """Run one experiment: baseline, inject, sample, always revert, measure recovery, judge.
 
-    Writes journal.json, timeline.csv, verdict.json (and the reports) into a run folder.
+    Writes journal.json, timeline.csv, verdict.json (and the reports: report.html, junit.xml,
+    summary.md, openmetrics.txt) into a run folder.
     Exit codes: 0 every SLO held and the system recovered; 1 an SLO breached, no recovery in
     time, the fault never bit, or the run aborted; 2 invalid input or environment error
     (nothing injected); 130 interrupted (after rollback).
@@ -410,7 +462,8 @@ def run_cmd(
             allow = load_env_config(config_file, env_name).allow
     if spec.env != env_name:
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
-    sys.exit(_run_one(spec, environment, out_dir, interval, dry_run, allow, load, control)[0])
+    sys.exit(_run_one(spec, environment, out_dir, interval, dry_run, allow, load, control,
+                      pushgateway=pushgateway)[0])  # fmt: skip
 
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
@@ -497,49 +550,63 @@ def wait_until_whole(
 
 
 def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEnvironment, out_dir: Path,
-               interval: float, allow: AllowList | None, load: str | None) -> int:  # fmt: skip
-    """Run the planned experiments in order into one game-day folder, index the reports; the worst exit code.
+               interval: float, allow: AllowList | None, load: str | None,
+               pushgateway: str | None = None) -> int:  # fmt: skip
+    """Run the planned experiments in order into one game-day folder, write the day's summary.json,
+    junit.xml and openmetrics.txt there, index the reports; the worst exit code.
 
     A negative control counts as 0 when its scenario failed as expected and 1 when it did not.
     """
+    from inferchaos.reports.errors import ReportError
+    from inferchaos.reports.render import DayRun, render_day, render_index
+
     day = out_dir / time.strftime("gameday-%Y%m%d-%H%M%S")
     worst = 0
     proofs: list[tuple[str, bool, str]] = []
+    day_runs: list[DayRun] = []
     for i, run in enumerate(planned):
         title = f"negative control: {run.control.breaks}" if run.control else run.spec.title
         console.rule(f"{run.spec.name}: {title}")
         if i > 0:
             wait_until_whole(environment)
         verdict: Verdict | None = None
+        run_dir = _new_run_dir(day, run.spec.name)
+        error = ""
         try:
-            code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control)
+            code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control,
+                                     run_dir=run_dir, pushgateway=pushgateway)  # fmt: skip
         except InferchaosError as e:
             # One experiment that cannot run is a finding of the day; the others still run.
             click.echo(f"inferchaos: {run.spec.name}: {e}", err=True)
-            code = e.exit_code
+            code, error = e.exit_code, str(e)
         if run.control is not None and code in (0, 1):
             outcome = verdict.control if verdict is not None and verdict.control else {}
             proven = outcome.get("result") == "failed_as_expected"
             proofs.append((run.spec.name, proven, str(outcome.get("message", "control left no verdict"))))
             code = 0 if proven else 1
         worst = max(worst, code)
+        day_runs.append(DayRun(run.spec.name, run_dir, code, error))
         if code == EXIT_INTERRUPTED:
             # The run was rolled back on Ctrl-C/SIGTERM; whoever stopped the day wants it over.
             skipped = [r.spec.name for r in planned[i + 1 :]]
             if skipped:
                 click.echo(f"inferchaos: game day interrupted; not run: {', '.join(skipped)}", err=True)
+            day_runs += [DayRun(name, None, None) for name in skipped]
             break
     for name, proven, message in proofs:
         console.print(f"[{'green' if proven else 'red'}]{name}: {message}[/]", highlight=False)
-    if out_dir.is_dir():
-        from inferchaos.reports.errors import ReportError
-        from inferchaos.reports.render import render_index
-
-        try:
-            console.print(f"game-day index: {render_index(out_dir)}", highlight=False)
-        except ReportError as e:
-            # The index is a convenience over the run folders: it must not change the day's exit code.
-            logger.error("could not write the game-day index of %s: %s", out_dir, e)
+    # The day's files and the index are conveniences over the run folders: neither may change
+    # the day's exit code.
+    try:
+        render_day(day, day_runs, worst)
+        console.print(f"game-day summary: {day / 'summary.json'} (junit.xml, openmetrics.txt beside it)",
+                      highlight=False)  # fmt: skip
+    except ReportError as e:
+        logger.error("could not write the game day's files into %s: %s", day, e)
+    try:
+        console.print(f"game-day index: {render_index(out_dir)}", highlight=False)
+    except ReportError as e:
+        logger.error("could not write the game-day index of %s: %s", out_dir, e)
     return worst
 
 
@@ -569,15 +636,17 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
     "triage layer. Exit 0 only when every scenario passes and every control fails as expected.",
 )
 @LOAD_OPTION
+@PUSHGATEWAY_OPTION
 @click.pass_context
 def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: str | None, out_dir: Path,
             interval: float, dry_run: bool, keep_up: bool, with_controls: bool, load: str | None,
-            health_check: str, **knobs: int) -> None:  # fmt: skip
+            pushgateway: str | None, health_check: str, **knobs: int) -> None:  # fmt: skip
     """Run a suite of experiments in sequence against one environment and write an index of the runs.
 
     Every experiment and the config are validated, and every experiment is planned against the
     live environment (blast radius included), before the first one injects anything. The exit
-    code is the worst of the runs.
+    code is the worst of the runs. The day's folder gets summary.json, junit.xml (a testsuite
+    per run) and openmetrics.txt (every run's series) beside its run folders.
 
     local: the environment is brought up once; one already up is reused and left up, one started
     here is taken down at the end unless --keep-up. kind and cluster need --config (the
@@ -603,7 +672,7 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
             if dry_run:
                 _print_plans(planned)
                 sys.exit(0)
-            sys.exit(_run_suite(planned, k8s_environment, out_dir, interval, allow, load))
+            sys.exit(_run_suite(planned, k8s_environment, out_dir, interval, allow, load, pushgateway))
         finally:
             k8s_environment.close()
     config = _build_config(health_check, **knobs)
@@ -624,7 +693,7 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
         with Progress() as progress:
             LocalEnvironment(config, progress=progress).up()
         planned = _plan_suite(specs, environment, local_allow, controls)
-        worst = _run_suite(planned, environment, out_dir, interval, local_allow, load)
+        worst = _run_suite(planned, environment, out_dir, interval, local_allow, load, pushgateway)
     finally:
         if started_here and not keep_up:
             with Progress() as progress:
@@ -717,7 +786,7 @@ def cleanup(config_file: Path | None) -> None:
 @cli.command("report")
 @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
 def report(run_dir: Path) -> None:
-    """Re-render report.html, junit.xml and summary.md of a run folder from its stored files."""
+    """Re-render report.html, junit.xml, summary.md and openmetrics.txt of a run folder from its stored files."""
     from inferchaos.reports.render import render_run
 
     for path in render_run(run_dir):

@@ -764,7 +764,7 @@ async def _close_probes(probes: list[Probe]) -> None:
 
 
 def _render_reports(run_dir: Path) -> None:
-    """report.html, junit.xml and summary.md, where the reports layer is installed."""
+    """report.html, junit.xml, summary.md and openmetrics.txt, where the reports layer is installed."""
     from inferchaos.reports.render import ReportError, render_run
 
     try:

@@ -1,4 +1,4 @@
-"""The error a report raises: a run folder it cannot render."""
+"""The errors a report raises: a run folder it cannot render, metrics a Pushgateway would not take."""
 
 from __future__ import annotations
 
@@ -13,3 +13,11 @@ class ReportError(InferchaosError):
 
     # Invalid input (exit codes: README "Game days and experiments"): nothing was injected by rendering a report.
     exit_code = 2
+
+
+class PushError(InferchaosError):
+    """A Pushgateway did not take a run's metrics: unreachable, refused or too slow.
+
+    The message names the experiment and the gateway. The CLI reports it in one line and goes
+    on: a push never changes a verdict or an exit code.
+    """

@@ -5,11 +5,15 @@ One ``<testsuite>`` named after the experiment; one ``<testcase>`` per SLO (clas
 "recovered within N s". A failure message carries the observed value and the threshold.
 Testcases that never ran are ``<skipped>`` in an aborted run and ``<error>`` in an error run,
 so an environment error can never pass as green.
+
+A game day's junit.xml holds the same ``<testsuite>`` of each of its runs (:func:`run_suite`)
+under one ``<testsuites>`` (reports/gameday.py).
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -125,7 +129,7 @@ def run_cases(run: RunRecord) -> list[Case]:
     return [*slo_cases(run), effect_case(run), recovery_case(run)]
 
 
-def _counts(cases: list[Case]) -> dict[str, str]:
+def _counts(cases: Sequence[Case]) -> dict[str, str]:
     return {
         "tests": str(len(cases)),
         "failures": str(sum(c.outcome is Outcome.FAILURE for c in cases)),
@@ -134,37 +138,69 @@ def _counts(cases: list[Case]) -> dict[str, str]:
     }
 
 
-def build_junit(run: RunRecord) -> ET.ElementTree[ET.Element]:
-    """The JUnit XML document of ``run``: ``<testsuites>`` holding one ``<testsuite>``."""
-    v = run.verdict
-    cases = run_cases(run)
-    time = f"{v.duration_s:.3f}"
-    root = ET.Element("testsuites", {"name": "inferchaos", **_counts(cases), "time": time})
-    suite = ET.SubElement(root, "testsuite", {
-        "name": v.experiment,
-        **_counts(cases),
-        "time": time,
-        "timestamp": datetime.fromtimestamp(v.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-        "hostname": run.journal.node,
-    })  # fmt: skip
-    properties = ET.SubElement(suite, "properties")
-    for name, value in (("title", v.title), ("env", v.env), ("status", v.status.value), ("reason", v.reason),
-                        ("triage.layer", v.triage.layer or ""), ("triage.reason", v.triage.reason)):  # fmt: skip
-        ET.SubElement(properties, "property", {"name": name, "value": value})
+def _suite(
+    name: str, cases: Sequence[Case], attrs: dict[str, str], properties: Sequence[tuple[str, str]]
+) -> ET.Element:
+    """A ``<testsuite>`` of ``cases``, its counts true to them."""
+    suite = ET.Element("testsuite", {"name": name, **_counts(cases), **attrs})
+    props = ET.SubElement(suite, "properties")
+    for key, value in properties:
+        ET.SubElement(props, "property", {"name": key, "value": value})
     for case in cases:
         element = ET.SubElement(suite, "testcase", {"classname": case.classname, "name": case.name})
         if case.outcome is Outcome.PASSED:
             if case.detail:
                 ET.SubElement(element, "system-out").text = case.detail
             continue
-        attrs = {"message": case.message}
+        case_attrs = {"message": case.message}
         if case.kind:
-            attrs["type"] = case.kind
-        ET.SubElement(element, case.outcome.value, attrs).text = case.detail or None
+            case_attrs["type"] = case.kind
+        ET.SubElement(element, case.outcome.value, case_attrs).text = case.detail or None
+    return suite
+
+
+def run_suite(run: RunRecord) -> ET.Element:
+    """The ``<testsuite>`` of ``run``: named after its experiment, one testcase per check."""
+    v = run.verdict
+    return _suite(v.experiment, run_cases(run), {
+        "time": f"{v.duration_s:.3f}",
+        "timestamp": datetime.fromtimestamp(v.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+        "hostname": run.journal.node,
+    }, [("title", v.title), ("env", v.env), ("status", v.status.value), ("reason", v.reason),
+        ("triage.layer", v.triage.layer or ""), ("triage.reason", v.triage.reason)])  # fmt: skip
+
+
+def unjudged_suite(experiment: str, case: Case) -> ET.Element:
+    """The ``<testsuite>`` of an experiment that left no verdict to read: its one ``case`` says why."""
+    return _suite(
+        experiment, [case], {"time": "0.000"}, [("status", case.outcome.value), ("reason", case.message)]
+    )
+
+
+def testsuites(name: str, suites: Sequence[ET.Element]) -> ET.ElementTree[ET.Element]:
+    """``<testsuites>`` holding ``suites``, with their counts and times summed."""
+    totals = {
+        key: sum(int(s.get(key, "0")) for s in suites) for key in ("tests", "failures", "errors", "skipped")
+    }
+    time = sum(float(s.get("time", "0")) for s in suites)
+    root = ET.Element(
+        "testsuites", {"name": name, **{k: str(n) for k, n in totals.items()}, "time": f"{time:.3f}"}
+    )
+    root.extend(suites)
     ET.indent(root)
     return ET.ElementTree(root)
 
 
+def build_junit(run: RunRecord) -> ET.ElementTree[ET.Element]:
+    """The JUnit XML document of ``run``: ``<testsuites>`` holding one ``<testsuite>``."""
+    return testsuites("inferchaos", [run_suite(run)])
+
+
+def xml_text(tree: ET.ElementTree[ET.Element]) -> str:
+    """A JUnit document as text, with its XML declaration."""
+    return ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True) + "\n"
+
+
 def junit_xml(run: RunRecord) -> str:
     """junit.xml of ``run`` as text, with its XML declaration."""
-    return ET.tostring(build_junit(run).getroot(), encoding="unicode", xml_declaration=True) + "\n"
+    return xml_text(build_junit(run))
