@@ -15,6 +15,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
+from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.kind.fake_gpus import advertise_fake_gpus
 from inferchaos.errors import EnvironmentStartError
 from tests.fakes.apiserver import FakeCluster
@@ -90,7 +91,19 @@ def test_raycluster_hands_every_ray_process_the_auth_token() -> None:
         assert container["resources"]["requests"] == container["resources"]["limits"]
         env = {e["name"]: e for e in container["env"]}
         assert env["RAY_AUTH_MODE"]["value"] == "token"
-        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "ray-auth-token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": "ray-auth-token",
+            "key": "auth_token",
+        }
+
+
+def test_the_token_secret_has_one_key_everywhere() -> None:
+    """up.sh writes the key that the RayCluster and kind.yaml read: KubeRay's ``auth_token``."""
+    ray = load_k8s_env_config(KIND / "kind.yaml", "kind").ray
+    assert (ray.auth_token_secret, ray.token_key) == ("ray-auth-token", "auth_token")
+    up = (KIND / "up.sh").read_text()
+    created = re.findall(r"create secret generic (\S+) --from-literal=([\w.-]+)=", up)
+    assert created == [(ray.auth_token_secret, ray.token_key)]
 
 
 def test_fake_gpus_are_written_through_the_node_status(api_client: ApiClient, cluster: FakeCluster) -> None:
