@@ -4,7 +4,7 @@ One YAML file says where every layer is and what may be touched (see
 ``environments/cluster.example.yaml`` and ``environments/kind/kind.yaml``)::
 
     env: cluster                       # or kind
-    kube: {context, namespace, kubeconfig?, api_url?, token_file?, ca_file?}
+    kube: {context, namespace, in_cluster? | kubeconfig? | api_url? (+ token_file?, ca_file?)}
     ray: {address, dashboard_url, auth_token_secret? (+ auth_token_key?) | auth_token_file?}
     vllm: {service_url, model, label_selector, replica_url?, port_name?, max_model_len?}
     prometheus: {url}                  # optional; recorded, not read yet
@@ -53,9 +53,16 @@ class KubeSettings:
     api_url: str | None = None
     token_file: str | None = None
     ca_file: str | None = None
+    # Inside a Pod: the kube client's in-cluster loader (the Pod's ServiceAccount), no kubeconfig.
+    in_cluster: bool = False
 
     def __post_init__(self) -> None:
         _require_text(context=self.context, namespace=self.namespace)
+        if self.in_cluster:
+            # One way to the API per config: never a kubeconfig's cluster under an in-cluster name.
+            others = [k for k in ("kubeconfig", "api_url", "token_file", "ca_file") if getattr(self, k)]
+            if others:
+                raise InvalidValue("in_cluster", f"reads the Pod's ServiceAccount; drop {', '.join(others)}")
 
 
 @dataclass(frozen=True)

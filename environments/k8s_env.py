@@ -38,7 +38,7 @@ from inferchaos.primitives.env_status import (
     VllmStatus,
 )
 from inferchaos.primitives.kube.api import object_name
-from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
+from inferchaos.primitives.kube.client import K8sTarget, connect_in_cluster, connect_kubeconfig, connect_url
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,8 @@ class K8sEnvironment:
 
     def _connect_kube(self) -> K8sTarget:
         kube, allow = self.config.kube, self.config.k8s_allow()
+        if kube.in_cluster:
+            return connect_in_cluster(kube.context, allow, runtime=self.config.container_runtime)
         if kube.api_url:
             token = None
             if kube.token_file:
