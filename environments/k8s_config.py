@@ -4,8 +4,8 @@ One YAML file says where every layer is and what may be touched (see
 ``environments/cluster.example.yaml`` and ``environments/kind/kind.yaml``)::
 
     env: cluster                       # or kind
-    kube: {context, namespace, kubeconfig?, api_url?, token_file?, ca_file?}
-    ray: {address, dashboard_url, auth_token_secret? | auth_token_file?}
+    kube: {context, namespace, in_cluster? | kubeconfig? | api_url? (+ token_file?, ca_file?)}
+    ray: {address, dashboard_url, auth_token_secret? (+ auth_token_key?) | auth_token_file?}
     vllm: {service_url, model, label_selector, replica_url?, port_name?, max_model_len?}
     prometheus: {url}                  # optional; recorded, not read yet
     allow: {contexts, namespaces, node_selector?, ray_addresses?, devices?, max_targets?}  # required;
@@ -17,6 +17,7 @@ Every problem is one ConfigError line naming the file and the key.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,11 @@ from inferchaos.primitives.kube.allowlist import AllowList, with_current_keys
 
 # Per-replica URL, filled from each vLLM Pod: pod_ip, host_ip, port (the named container port), name.
 DEFAULT_REPLICA_URL = "http://{pod_ip}:{port}"
+
+# The key KubeRay's authOptions Secret and Ray's KubeRay guide keep the Ray token under.
+DEFAULT_AUTH_TOKEN_KEY = "auth_token"
+# What the API server accepts as a key of a Secret's data (alphanumerics, '-', '_', '.').
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
 def _require_text(**values: str) -> None:
@@ -47,9 +53,16 @@ class KubeSettings:
     api_url: str | None = None
     token_file: str | None = None
     ca_file: str | None = None
+    # Inside a Pod: the kube client's in-cluster loader (the Pod's ServiceAccount), no kubeconfig.
+    in_cluster: bool = False
 
     def __post_init__(self) -> None:
         _require_text(context=self.context, namespace=self.namespace)
+        if self.in_cluster:
+            # One way to the API per config: never a kubeconfig's cluster under an in-cluster name.
+            others = [k for k in ("kubeconfig", "api_url", "token_file", "ca_file") if getattr(self, k)]
+            if others:
+                raise InvalidValue("in_cluster", f"reads the Pod's ServiceAccount; drop {', '.join(others)}")
 
 
 @dataclass(frozen=True)
@@ -58,8 +71,10 @@ class RaySettings:
 
     address: str
     dashboard_url: str
-    # Ray 2.60 turns token authentication on; the token lives in a Secret (key "token") or a file.
+    # Ray 2.60 turns token authentication on; the token lives in a Secret or a file.
     auth_token_secret: str | None = None
+    # The Secret's key; unset means DEFAULT_AUTH_TOKEN_KEY (read it through token_key).
+    auth_token_key: str | None = None
     auth_token_file: str | None = None
 
     def __post_init__(self) -> None:
@@ -69,6 +84,19 @@ class RaySettings:
                 "auth_token_secret",
                 "needs exactly one of auth_token_secret and auth_token_file (Ray 2.60 uses token auth)",
             )
+        if self.auth_token_key is not None:
+            if self.auth_token_secret is None:
+                raise InvalidValue("auth_token_key", "names a key of auth_token_secret; set that Secret too")
+            if not _SECRET_KEY.match(self.auth_token_key):
+                raise InvalidValue(
+                    "auth_token_key",
+                    f"must be a Secret data key (letters, digits, '-', '_', '.'), got {self.auth_token_key!r}",
+                )
+
+    @property
+    def token_key(self) -> str:
+        """The key of ``auth_token_secret`` that holds the token."""
+        return self.auth_token_key or DEFAULT_AUTH_TOKEN_KEY
 
 
 @dataclass(frozen=True)

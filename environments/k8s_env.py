@@ -38,13 +38,12 @@ from inferchaos.primitives.env_status import (
     VllmStatus,
 )
 from inferchaos.primitives.kube.api import object_name
-from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
+from inferchaos.primitives.kube.client import K8sTarget, connect_in_cluster, connect_kubeconfig, connect_url
 
 logger = logging.getLogger(__name__)
 
 HTTP_TIMEOUT_S = 3.0
 DEFAULT_VLLM_PORT = 8000
-TOKEN_KEY = "token"
 
 
 @dataclass
@@ -94,6 +93,8 @@ class K8sEnvironment:
 
     def _connect_kube(self) -> K8sTarget:
         kube, allow = self.config.kube, self.config.k8s_allow()
+        if kube.in_cluster:
+            return connect_in_cluster(kube.context, allow, runtime=self.config.container_runtime)
         if kube.api_url:
             token = None
             if kube.token_file:
@@ -135,7 +136,7 @@ class K8sEnvironment:
                 return Path(ray.auth_token_file).expanduser().read_text().strip()
             except OSError as e:
                 raise ConfigError(f"ray.auth_token_file: cannot read {ray.auth_token_file}: {e}") from e
-        namespace, name = self.config.kube.namespace, str(ray.auth_token_secret)
+        namespace, name, key = self.config.kube.namespace, str(ray.auth_token_secret), ray.token_key
         try:
             secret = CoreV1Api(self.k8s.api_client).read_namespaced_secret(name, namespace)
         except ApiException as e:
@@ -146,9 +147,17 @@ class K8sEnvironment:
             raise EnvironmentNotUp(
                 f"the kube API of context {self.config.kube.context!r} is unreachable: {e}"
             ) from e
-        encoded = (secret.data or {}).get(TOKEN_KEY)
+        data = secret.data or {}
+        if key not in data:
+            # Name the keys it does have: a Secret made before KubeRay's "auth_token" often says "token".
+            held = ", ".join(sorted(data)) or "none"
+            raise EnvironmentNotUp(
+                f"the Ray token Secret {namespace}/{name} has no key {key!r} (its keys: {held}); "
+                "set ray.auth_token_key to the key that holds the token"
+            )
+        encoded = data[key]
         if not encoded:
-            raise EnvironmentNotUp(f"the Secret {namespace}/{name} has no {TOKEN_KEY!r} key")
+            raise EnvironmentNotUp(f"the Ray token Secret {namespace}/{name} holds an empty {key!r}")
         try:
             return base64.b64decode(encoded).decode().strip()
         except (binascii.Error, UnicodeDecodeError) as e:

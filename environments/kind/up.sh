@@ -62,8 +62,14 @@ helm upgrade --install kuberay-operator kuberay/kuberay-operator --version "$KUB
 echo "== workloads"
 kc apply -f "$here/manifests/namespace.yaml"
 # Create the Ray token once: a new one on a re-run would lock the running Ray processes out.
-kc -n "$NAMESPACE" get secret ray-auth-token >/dev/null 2>&1 ||
-  kc -n "$NAMESPACE" create secret generic ray-auth-token --from-literal=token="$(openssl rand -hex 32)"
+# Its key is auth_token, as KubeRay and Ray's docs have it (kind.yaml's ray.auth_token_key).
+if ! kc -n "$NAMESPACE" get secret ray-auth-token >/dev/null 2>&1; then
+  kc -n "$NAMESPACE" create secret generic ray-auth-token --from-literal=auth_token="$(openssl rand -hex 32)"
+elif [[ -z $(kc -n "$NAMESPACE" get secret ray-auth-token -o jsonpath='{.data.auth_token}') ]]; then
+  # An older up.sh wrote the key "token": copy the same token under auth_token, so Ray keeps it.
+  old_token=$(kc -n "$NAMESPACE" get secret ray-auth-token -o jsonpath='{.data.token}')
+  kc -n "$NAMESPACE" patch secret ray-auth-token --type merge -p "{\"data\":{\"auth_token\":\"$old_token\"}}"
+fi
 export VLLM_IMAGE RAY_IMAGE MODEL_NAME
 for manifest in raycluster.yaml ray-nodeports.yaml vllm.yaml; do
   envsubst '${VLLM_IMAGE} ${RAY_IMAGE} ${MODEL_NAME}' <"$here/manifests/$manifest" | kc apply -f -

@@ -8,6 +8,7 @@ Keys read from ``configuration`` (``secrets`` holds only the token)::
     kubeconfig: ~/.kube/config        # optional; default: $KUBECONFIG or ~/.kube/config
     kube_api_url: https://host:6443   # optional: talk to this URL instead of reading a kubeconfig
     kube_ca_file: /path/ca.crt        # optional, with kube_api_url
+    kube_in_cluster: true             # optional: inside a Pod, the client's in-cluster loader (its ServiceAccount)
     container_runtime: docker         # or podman: runs kind's node containers
     k8s_allow:                        # required: see inferchaos.primitives.kube.allowlist.AllowList
       contexts: [kind-inferchaos]
@@ -26,7 +27,7 @@ from typing import Any
 
 from inferchaos.errors import ConfigError
 from inferchaos.primitives.kube.allowlist import AllowList
-from inferchaos.primitives.kube.client import K8sTarget, connect_kubeconfig, connect_url
+from inferchaos.primitives.kube.client import K8sTarget, connect_in_cluster, connect_kubeconfig, connect_url
 
 
 @dataclass
@@ -52,7 +53,16 @@ def env_from_configuration(
         )
     allow = AllowList.from_dict(allow_block)
     runtime = str(config.get("container_runtime", "docker"))
-    if config.get("kube_api_url"):
+    in_cluster = config.get("kube_in_cluster", False)
+    if not isinstance(in_cluster, bool):
+        raise ConfigError(f"configuration: kube_in_cluster must be true or false, got {in_cluster!r}")
+    if in_cluster:
+        if config.get("kube_api_url") or config.get("kubeconfig"):
+            raise ConfigError(
+                "configuration: kube_in_cluster reads the Pod's ServiceAccount; drop kube_api_url and kubeconfig"
+            )
+        target = connect_in_cluster(context, allow, runtime=runtime)
+    elif config.get("kube_api_url"):
         token = (secrets or {}).get("kube_token")
         target = connect_url(
             str(config["kube_api_url"]),

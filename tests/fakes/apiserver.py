@@ -21,6 +21,7 @@ import asyncio
 import copy
 import json
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable
@@ -88,6 +89,7 @@ class RecordedRequest:
     query: dict[str, str]
     content_type: str
     body: Any
+    authorization: str = ""  # the Authorization header as sent (the bearer token)
 
     @property
     def mutating(self) -> bool:
@@ -377,18 +379,21 @@ def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, A
 class FakeApiServer:
     """Serves a :class:`FakeCluster` on 127.0.0.1 from a thread of its own.
 
-    Swap ``cluster`` between tests; requests always see the current one.
+    Swap ``cluster`` between tests; requests always see the current one. With ``ssl_context``
+    it serves HTTPS, as a real API server does, for clients that only speak TLS (the in-cluster loader).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self.cluster = FakeCluster()
         self.port = 0
+        self._ssl_context = ssl_context
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         ready = threading.Event()
@@ -410,7 +415,7 @@ class FakeApiServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(app, access_log=None)
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self._ssl_context)
         loop.run_until_complete(site.start())
         self.port = runner.addresses[0][1]
         ready.set()
@@ -426,7 +431,8 @@ class FakeApiServer:
         except ValueError:
             return _json(ApiError(400, "BadRequest", "request body is not JSON").status(), 400)
         cluster = self.cluster
-        recorded = RecordedRequest(request.method, request.path, dict(request.query), content_type, body)
+        recorded = RecordedRequest(request.method, request.path, dict(request.query), content_type, body,
+                                   authorization=request.headers.get("Authorization", ""))  # fmt: skip
         with cluster.lock:
             cluster.requests.append(recorded)
             if recorded.mutating:

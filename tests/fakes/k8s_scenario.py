@@ -34,6 +34,7 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 CONTEXT = "kind-inferchaos"
 TOKEN_SECRET = "ray-auth-token"
+TOKEN_KEY = "auth_token"  # what up.sh writes, as KubeRay's docs do
 VLLM_LABELS = {"app": "vllm"}
 TOLERATION_S = 1
 ANTI_AFFINITY = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -89,10 +90,14 @@ def seed_kind_environment(
     ray_worker["spec"] = with_default_tolerations(ray_worker["spec"])
     cluster.add(ray_worker)
     cluster.add(_deployment(template))
-    cluster.add({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                 "metadata": {"name": TOKEN_SECRET, "namespace": NS},
-                 "data": {"token": base64.b64encode(token.encode()).decode()}})  # fmt: skip
+    cluster.add(token_secret(token))
     return cluster
+
+
+def token_secret(token: str, key: str = TOKEN_KEY, name: str = TOKEN_SECRET) -> dict[str, Any]:
+    """The Ray token Secret as up.sh creates it (``kubectl create secret generic --from-literal``)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": name, "namespace": NS},
+            "data": {key: base64.b64encode(token.encode()).decode()}}  # fmt: skip
 
 
 def _deployment(template: dict[str, Any]) -> dict[str, Any]:

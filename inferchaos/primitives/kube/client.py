@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, CustomObjectsApi
-from kubernetes.config import new_client_from_config
+from kubernetes.config import load_incluster_config, new_client_from_config
 from kubernetes.config.config_exception import ConfigException
 
 from inferchaos.errors import ConfigError
@@ -78,4 +78,20 @@ def connect_url(
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
     if ca_file:
         configuration.ssl_ca_cert = ca_file
+    return K8sTarget(api_client=ApiClient(configuration), allow=allow, runtime=runtime, context=context)
+
+
+def connect_in_cluster(context: str, allow: AllowList, runtime: str = "docker") -> K8sTarget:
+    """A K8sTarget from inside a Pod, through the kube client's own in-cluster loader.
+
+    The loader reads ``KUBERNETES_SERVICE_HOST``/``_PORT`` and the Pod's ServiceAccount token
+    and CA (``/var/run/secrets/kubernetes.io/serviceaccount/``), and re-reads the token as the
+    kubelet rotates it: a bound token read once by hand expires during a long game day.
+    ``context`` is the name this cluster goes by in the allow-list.
+    """
+    configuration = Configuration()
+    try:
+        load_incluster_config(client_configuration=configuration)
+    except (ConfigException, OSError) as e:
+        raise ConfigError(f"kube.in_cluster: cannot load this Pod's ServiceAccount credentials: {e}") from e
     return K8sTarget(api_client=ApiClient(configuration), allow=allow, runtime=runtime, context=context)

@@ -15,7 +15,14 @@ from inferchaos.experiments.cli import main
 from inferchaos.experiments.probes import build_probes, k8s_probe_of
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import NS, WORKERS
-from tests.fakes.k8s_scenario import CONTEXT, k8s_env_config, make_runtime, seed_kind_environment
+from tests.fakes.k8s_scenario import (
+    CONTEXT,
+    TOKEN_SECRET,
+    k8s_env_config,
+    make_runtime,
+    seed_kind_environment,
+    token_secret,
+)
 
 TOKEN = "ray-token-for-the-fake-cluster"
 
@@ -78,6 +85,44 @@ def test_a_missing_token_secret_is_an_environment_error(config_path: Path, seede
         env.load_state()
 
 
+def _ray_block(config_path: Path, **keys: str) -> dict[str, str]:
+    ray = yaml.safe_load(config_path.read_text())["ray"]
+    return {**ray, **keys}
+
+
+def test_the_token_is_read_from_the_auth_token_key_by_default(config_path: Path, seeded: FakeCluster) -> None:
+    # A Secret as KubeRay's docs make it: `kubectl create secret generic ... --from-literal=auth_token=...`.
+    assert list(seeded.get("secrets", TOKEN_SECRET, NS)["data"]) == ["auth_token"]
+    config = load_k8s_env_config(config_path, "cluster")
+    assert config.ray.auth_token_key is None and config.ray.token_key == "auth_token"
+    assert K8sEnvironment(config).load_state().read_token() == TOKEN
+    assert [r.path for r in seeded.requests] == [f"/api/v1/namespaces/{NS}/secrets/{TOKEN_SECRET}"]
+
+
+def test_a_custom_token_key_is_read(config_path: Path, seeded: FakeCluster) -> None:
+    seeded.remove("secrets", TOKEN_SECRET, NS)
+    seeded.add(token_secret("a-token-under-another-key", key="ray.token"))
+    _edit(config_path, {"ray": _ray_block(config_path, auth_token_key="ray.token")})
+    env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
+    assert env.load_state().read_token() == "a-token-under-another-key"
+
+
+def test_a_secret_without_the_key_is_a_one_line_error_naming_the_secret_and_the_key(
+    config_path: Path, seeded: FakeCluster
+) -> None:
+    # A Secret from before KubeRay's convention: the token under "token".
+    seeded.remove("secrets", TOKEN_SECRET, NS)
+    seeded.add(token_secret(TOKEN, key="token"))
+    env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
+    with pytest.raises(EnvironmentNotUp) as e:
+        env.load_state()
+    assert str(e.value) == (
+        f"the Ray token Secret {NS}/{TOKEN_SECRET} has no key 'auth_token' (its keys: token); "
+        "set ray.auth_token_key to the key that holds the token"
+    )
+    assert TOKEN not in str(e.value)
+
+
 def test_the_probe_set_adds_kubernetes_and_leaves_out_this_hosts_devices(config_path: Path) -> None:
     env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
     env.status = lambda: _status()  # type: ignore[method-assign]  # Ray and vLLM are not up in unit tests
@@ -111,6 +156,14 @@ def _status():  # the smallest EnvStatus the probe builder reads
         ({"env": "kind"}, (), "env: the file is for 'kind' but --env is 'cluster'"),
         ({"env": "local"}, (), "env: must be one of kind, cluster, got 'local'"),
         ({"ray": {"address": "x", "dashboard_url": "y"}}, (), "ray.auth_token_secret: needs exactly one of auth_token_secret"),
+        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": ""}}, (),
+         "ray.auth_token_key: must be a Secret data key (letters, digits, '-', '_', '.'), got ''"),
+        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": "a/b"}}, (),
+         "ray.auth_token_key: must be a Secret data key (letters, digits, '-', '_', '.'), got 'a/b'"),
+        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": 7}}, (),
+         "key 'ray.auth_token_key' must be"),
+        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_file": "/t", "auth_token_key": "auth_token"}}, (),
+         "ray.auth_token_key: names a key of auth_token_secret; set that Secret too"),
         ({"vllm": {"service_url": "u", "model": "m"}}, (), "missing required key(s) vllm.label_selector"),
     ],
 )  # fmt: skip

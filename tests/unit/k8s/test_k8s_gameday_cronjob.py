@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from inferchaos.experiments.cli import cli
+from tests.fakes.k8s_models import as_manifest, as_model, manifest_documents, model_name
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFEST = ROOT / "deploy" / "gameday-cronjob.yaml"
@@ -22,7 +23,7 @@ EXAMPLE_CONFIG = ROOT / "environments" / "cluster.example.yaml"
 
 
 def documents() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    return manifest_documents(MANIFEST)
 
 
 def find(kind: str) -> dict[str, Any]:
@@ -63,6 +64,14 @@ def volume_of(path: str, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("doc", documents(), ids=lambda d: f"{d['kind']}-{d['metadata']['name']}")
 def test_manifest_is_schema_valid(doc: dict[str, Any]) -> None:
     kubernetes_validate.validate(doc, "1.31", strict=True)
+
+
+@pytest.mark.parametrize("doc", documents(), ids=lambda d: f"{d['kind']}-{d['metadata']['name']}")
+def test_every_document_is_an_official_client_model(doc: dict[str, Any]) -> None:
+    model = as_model(doc)
+    assert type(model).__name__ == model_name(doc)
+    # Nothing dropped on the way in: every field of the manifest is one the client's model has.
+    assert as_manifest(model) == doc
 
 
 def test_gameday_command_matches_the_cli() -> None:

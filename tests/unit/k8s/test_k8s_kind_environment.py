@@ -15,12 +15,14 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
+from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.kind.fake_gpus import advertise_fake_gpus
 from inferchaos.errors import EnvironmentStartError
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, WORKERS
 
-KIND = Path(__file__).resolve().parents[3] / "environments" / "kind"
+ROOT = Path(__file__).resolve().parents[3]
+KIND = ROOT / "environments" / "kind"
 SAMPLE = {"VLLM_IMAGE": "inferchaos/vllm-cpu:0.32.0", "RAY_IMAGE": "rayproject/ray:2.60.0-py311-cpu",
           "MODEL_NAME": "tiny-llama-l2-h128-ctx2048-s0"}  # fmt: skip
 
@@ -90,7 +92,19 @@ def test_raycluster_hands_every_ray_process_the_auth_token() -> None:
         assert container["resources"]["requests"] == container["resources"]["limits"]
         env = {e["name"]: e for e in container["env"]}
         assert env["RAY_AUTH_MODE"]["value"] == "token"
-        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "ray-auth-token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": "ray-auth-token",
+            "key": "auth_token",
+        }
+
+
+def test_the_token_secret_has_one_key_everywhere() -> None:
+    """up.sh writes the key that the RayCluster and kind.yaml read: KubeRay's ``auth_token``."""
+    ray = load_k8s_env_config(KIND / "kind.yaml", "kind").ray
+    assert (ray.auth_token_secret, ray.token_key) == ("ray-auth-token", "auth_token")
+    up = (KIND / "up.sh").read_text()
+    created = re.findall(r"create secret generic (\S+) --from-literal=([\w.-]+)=", up)
+    assert created == [(ray.auth_token_secret, ray.token_key)]
 
 
 def test_fake_gpus_are_written_through_the_node_status(api_client: ApiClient, cluster: FakeCluster) -> None:
@@ -111,3 +125,44 @@ def test_fake_gpus_are_written_through_the_node_status(api_client: ApiClient, cl
 def test_fake_gpus_need_a_matching_node(api_client: ApiClient, cluster: FakeCluster) -> None:
     with pytest.raises(EnvironmentStartError, match="no node matches"):
         advertise_fake_gpus(api_client, "inferchaos.io/pool=tpu", 2)
+
+
+def test_the_in_cluster_config_is_kind_seen_from_a_pod() -> None:
+    """gameday-in-cluster.sh's config: kind.yaml's cluster and fence, reached from inside."""
+    outside = load_k8s_env_config(KIND / "kind.yaml", "kind")
+    inside = load_k8s_env_config(KIND / "in-cluster.yaml", "cluster")
+    assert inside.kube.in_cluster and not (inside.kube.kubeconfig or inside.kube.api_url)
+    assert (inside.kube.context, inside.kube.namespace) == (outside.kube.context, outside.kube.namespace)
+    assert inside.allow == outside.allow
+    assert (inside.ray.auth_token_secret, inside.ray.token_key) == (
+        outside.ray.auth_token_secret,
+        outside.ray.token_key,
+    )
+    assert inside.vllm.model == outside.vllm.model
+    script = (KIND / "gameday-in-cluster.sh").read_text()
+    assert f"WORKLOADS={inside.kube.namespace} " in script
+
+
+def test_the_in_cluster_suite_is_experiments_a_pod_can_run() -> None:
+    script = (KIND / "gameday-in-cluster.sh").read_text()
+    suite = re.search(r"^SUITE=\(([^)]*)\)$", script, re.MULTILINE)
+    assert suite
+    for name in suite.group(1).split():
+        experiment = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+        # The script turns this line into environment.name: cluster.
+        assert experiment["environment"] == {"name": "kind"}
+        assert experiment["tags"][:2] == ["inferchaos", "k8s"]
+        # Stopping a node's container needs the runtime on kind's host, which a Pod has not.
+        assert "stop_node_container" not in (ROOT / "experiments" / f"{name}.yaml").read_text()
+
+
+def test_the_workflow_builds_the_image_and_runs_the_cronjob_in_kind() -> None:
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "kind-gameday.yml").read_text())
+    runs = "\n".join(step.get("run", "") for step in workflow["jobs"]["gameday"]["steps"])
+    assert "docker build -f deploy/Dockerfile -t inferchaos:local ." in runs
+    assert "kind load docker-image --name inferchaos inferchaos:local" in runs
+    scripts = re.findall(r"^(environments/\S+\.sh)$", runs, re.MULTILINE)
+    assert scripts == ["environments/kind/gameday-in-cluster.sh"]
+    assert all((ROOT / s).is_file() and (ROOT / s).stat().st_mode & 0o111 for s in scripts)
+    # The image the workflow loads is the one the CronJob names.
+    assert "image: inferchaos:local " in (ROOT / "deploy" / "gameday-cronjob.yaml").read_text()
