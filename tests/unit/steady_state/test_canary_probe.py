@@ -44,6 +44,23 @@ def waits(samples: list[Sample]) -> list[float]:
     return [s.value for s in samples if s.probe == "canary.oldest_wait_s"]
 
 
+async def timed_out_requests(fake_server: FakeServer, timeout_s: float) -> list[Sample]:
+    """Per-request samples of a canary whose requests to ``fake_server`` (hung or stalled)
+    time out after ``timeout_s``; at least two requests, every one a failure. The cap on
+    requests in flight is never reached at 5 requests/s."""
+    config = CanaryConfig(
+        fake_server.url, "tiny-llama", rate_per_s=5.0, max_in_flight=32, request_timeout_s=timeout_s
+    )
+    probe = CanaryProbe(config)
+    await probe.start()
+    try:
+        samples = await collect(probe, lambda s: len(successes(s)) >= 2)
+    finally:
+        await probe.stop()
+    assert len(successes(samples)) >= 2 and set(successes(samples)) == {0.0}
+    return per_request(samples)
+
+
 @pytest.fixture
 async def canary(fake_server: FakeServer) -> AsyncIterator[CanaryProbe]:
     probe = CanaryProbe(CanaryConfig(fake_server.url, "tiny-llama", rate_per_s=20.0, max_in_flight=4))
@@ -109,18 +126,8 @@ async def test_a_stream_that_stalls_after_its_headers_is_a_failure_of_the_replic
     # Its failure is replica-0's, not an unattributed one.
     fake_server.stall = asyncio.Event()
     # 1 s is ample for the headers of a local server even on a busy machine (a timeout before
-    # them would be an unattributed failure); the cap is never reached at 5 requests/s.
-    config = CanaryConfig(
-        fake_server.url, "tiny-llama", rate_per_s=5.0, max_in_flight=32, request_timeout_s=1.0
-    )
-    probe = CanaryProbe(config)
-    await probe.start()
-    try:
-        samples = await collect(probe, lambda s: len(successes(s)) >= 2)
-    finally:
-        await probe.stop()
-    failures = [s for s in samples if s.probe == "canary.success"]
-    assert len(failures) >= 2 and {s.value for s in failures} == {0.0}
+    # them would be an unattributed failure).
+    failures = await timed_out_requests(fake_server, timeout_s=1.0)
     assert all(s.labels == {"replica": "replica-0"} for s in failures)
 
 
@@ -160,19 +167,9 @@ async def test_a_request_that_times_out_before_any_header_is_an_unattributed_fai
     # request times out with no replica named, so its failure is nobody's in particular and
     # counts against every replica-scoped SLO (steady_state.evaluation.counts_toward).
     fake_server.hang = asyncio.Event()
-    config = CanaryConfig(
-        fake_server.url, "tiny-llama", rate_per_s=5.0, max_in_flight=32, request_timeout_s=0.5
-    )
-    probe = CanaryProbe(config)
-    await probe.start()
-    try:
-        samples = await collect(probe, lambda s: len(successes(s)) >= 2)
-    finally:
-        await probe.stop()
-    failures = [s for s in samples if s.probe == "canary.success"]
-    assert len(failures) >= 2 and {s.value for s in failures} == {0.0}
+    failures = await timed_out_requests(fake_server, timeout_s=0.5)
     assert all("replica" not in s.labels for s in failures)
-    assert not [s for s in samples if s.probe == "canary.ttft_s"], "a request that never started has no TTFT"
+    assert not [s for s in failures if s.probe == "canary.ttft_s"], "a request that never started has no TTFT"
 
 
 async def test_an_http_error_that_names_its_replica_is_that_replicas_failure(
