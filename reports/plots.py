@@ -138,6 +138,13 @@ def _canary_latency(timeline: Timeline) -> list[Line]:
     return [
         Line("TTFT", pooled(timeline, "canary.ttft_s"), group="ttft"),
         Line("end to end", pooled(timeline, "canary.e2e_s"), group="e2e"),
+        # A hung engine finishes no request until the timeout: this line climbs while it hangs.
+        Line(
+            "oldest waiting for a first token",
+            pooled(timeline, "canary.oldest_wait_s"),
+            group="wait",
+            dashed=True,
+        ),
     ]
 
 
@@ -161,8 +168,8 @@ def _requests(timeline: Timeline) -> list[Line]:
 
 
 PLOTS: tuple[PlotSpec, ...] = (
-    PlotSpec("plot-canary-latency", "Canary latency: TTFT and end to end", "seconds",
-             ("canary.ttft_s", "canary.e2e_s"), _canary_latency),
+    PlotSpec("plot-canary-latency", "Canary latency: TTFT, end to end, and the oldest request still waiting",
+             "seconds", ("canary.ttft_s", "canary.e2e_s", "canary.oldest_wait_s"), _canary_latency),
     PlotSpec("plot-availability", "Availability (canary success)", "success ratio",
              ("canary.success",), _availability, ylim=(-0.03, 1.05)),
     PlotSpec("plot-requests", "vLLM requests waiting (solid) and running (dashed), per replica", "requests",
