@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -44,6 +45,15 @@ def run_of(verdict: dict[str, object], control: str = "false") -> dict[str, str]
     return {"experiment": str(verdict["experiment"]), "env": str(verdict["env"]), "control": control}
 
 
+def recorded(
+    run_copy: Callable[[str], Path], name: str
+) -> tuple[dict[str, Any], dict[str, str], dict[str, dict[Labels, float]]]:
+    """A copy of the recorded run ``name``: its verdict, its run labels and its metric samples."""
+    run_dir = run_copy(name)
+    verdict = read_json(run_dir / "verdict.json")
+    return verdict, run_of(verdict), of_run(run_dir)
+
+
 def assert_status(found: dict[str, dict[Labels, float]], run: dict[str, str], status: str) -> None:
     assert found["inferchaos_run_status"] == {
         labels(**run, status=each): 1.0 if each == status else 0.0 for each in STATUSES
@@ -74,10 +84,7 @@ def test_the_rendered_file_is_openmetrics_with_help_type_unit_and_eof(
 
 
 def test_a_passed_run(run_copy: Callable[[str], Path]) -> None:
-    run_dir = run_copy("passed_kv_flood")
-    verdict = read_json(run_dir / "verdict.json")
-    run = run_of(verdict)
-    found = of_run(run_dir)
+    verdict, run, found = recorded(run_copy, "passed_kv_flood")
     assert_status(found, run, "passed")
     assert found["inferchaos_slo_ok"] == {
         labels(**run, slo=s["name"], layer=s["layer"], phase=s["phase"]): 1.0 for s in verdict["slos"]
@@ -91,10 +98,7 @@ def test_a_passed_run(run_copy: Callable[[str], Path]) -> None:
 
 
 def test_a_failed_run(run_copy: Callable[[str], Path]) -> None:
-    run_dir = run_copy("failed_kv_flood")
-    verdict = read_json(run_dir / "verdict.json")
-    run = run_of(verdict)
-    found = of_run(run_dir)
+    verdict, run, found = recorded(run_copy, "failed_kv_flood")
     assert_status(found, run, "failed")
     slo_ok = found["inferchaos_slo_ok"]
     assert slo_ok[labels(**run, slo="canary_ttft_p95", layer="canary", phase="during")] == 0.0
@@ -109,10 +113,7 @@ def test_a_failed_run(run_copy: Callable[[str], Path]) -> None:
 def test_an_aborted_run_has_samples_only_for_what_ran(run_copy: Callable[[str], Path]) -> None:
     """Aborted at its baseline: the baseline SLO that stopped it is 0, the SLOs of phases that
     never ran have no sample, and nothing was injected, so no fault series."""
-    run_dir = run_copy("aborted_pg_stall")
-    verdict = read_json(run_dir / "verdict.json")
-    run = run_of(verdict)
-    found = of_run(run_dir)
+    verdict, run, found = recorded(run_copy, "aborted_pg_stall")
     assert_status(found, run, "aborted")
     assert found["inferchaos_slo_ok"] == {
         labels(**run, slo="no_pending_groups_before", layer="ray", phase="baseline"): 0.0
