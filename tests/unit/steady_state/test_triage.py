@@ -308,3 +308,29 @@ def test_a_crash_looping_serve_controller_is_ray(synth: Synth) -> None:
     result = diagnose(synth, timeline)
     assert result.layer == "ray"
     assert result.reason == "Ray actor(s) restarting (class=ServeController;state=RESTARTING)"
+
+
+def test_a_replica_missing_one_or_two_reads_does_not_outrank_a_crash_looping_serve_controller(
+    synth: Synth,
+) -> None:
+    # Seen in CI: replica-1's /metrics missed one 0.8 s read while Ray kept restarting Serve's
+    # controller, and the vLLM symptom was named ahead of Ray's.
+    restarting = {"class": "ServeController", "state": "RESTARTING"}
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        [r for r in calm_vllm(synth, "replica-1") if r.t not in (synth.t0 + 12, synth.t0 + 15)],
+        synth.error_rows("vllm@replica-1", [12, 15], "TimeoutError: no answer within 0.8 s",
+                         {"replica": "replica-1"}),  # fmt: skip
+        [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
+    )
+    assert diagnose(synth, timeline).layer == "ray"
+    # A third miss is a replica not answering: Ray's restarts are then one symptom of two.
+    silent = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        synth.error_rows("vllm@replica-1", [12, 13, 14], "TimeoutError: no answer within 0.8 s",
+                         {"replica": "replica-1"}),  # fmt: skip
+        [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
+    )
+    assert diagnose(synth, silent).layer == "vllm"
