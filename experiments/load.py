@@ -30,6 +30,7 @@ from inferchaos.paths import state_root
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.primitives.processes import spawn_process_group
 from inferchaos.steady_state.base import Canary, Probe, Sample
+from inferchaos.steady_state.canary import CanaryPace
 
 logger = logging.getLogger(__name__)
 
@@ -390,8 +391,8 @@ def load_probe_factory(
     """
     settings = replace(options or LoadOptions(), profile=profile)
 
-    def factory(env: Environment, canary_rate_per_s: float) -> tuple[list[Probe], Canary]:
-        probes, canary = base(env, canary_rate_per_s)
+    def factory(env: Environment, pace: CanaryPace) -> tuple[list[Probe], Canary]:
+        probes, canary = base(env, pace)
         host, model = _front_door(env, canary)
         folder = csv_dir or _default_csv_dir()
         load = LocustLoad(host, folder / "locust", replace(settings, model=settings.model or model))

@@ -7,18 +7,21 @@ from collections.abc import Callable
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.base import Canary, Probe
-from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe
+from inferchaos.steady_state.canary import CanaryConfig, CanaryPace, CanaryProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
 from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.serve import ServeProbe
 from inferchaos.steady_state.vllm import VllmProbe
 
-# (env, canary rate) -> (every probe to sample, the canary among them, which must be started)
-ProbeFactory = Callable[[Environment, float], tuple[list[Probe], Canary]]
+# (env, canary pace) -> (every probe to sample, the canary among them, which must be started)
+ProbeFactory = Callable[[Environment, CanaryPace], tuple[list[Probe], Canary]]
 
 
-def build_probes(env: Environment, canary_rate_per_s: float = 2.0) -> tuple[list[Probe], CanaryProbe]:
+DEFAULT_PACE = CanaryPace()
+
+
+def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[list[Probe], CanaryProbe]:
     """Every probe for ``env``: one per vLLM replica, the canary, Ray and Serve, the device if known,
     Kubernetes if any."""
     status = env.status()
@@ -27,7 +30,12 @@ def build_probes(env: Environment, canary_rate_per_s: float = 2.0) -> tuple[list
         for r in sorted(status.vllm.replicas, key=lambda r: r.name)
     ]
     canary = CanaryProbe(
-        CanaryConfig(base_url=status.front_door.url, model=status.model.name, rate_per_s=canary_rate_per_s)
+        CanaryConfig(
+            base_url=status.front_door.url,
+            model=status.model.name,
+            rate_per_s=pace.rate_per_s,
+            request_timeout_s=pace.request_timeout_s,
+        )  # fmt: skip
     )
     probes.append(canary)
     state = env.load_state()

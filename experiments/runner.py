@@ -32,7 +32,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.base import ClosableProbe, Probe
-from inferchaos.steady_state.canary import phase_between_ticks
+from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.detection import detect_signals
 from inferchaos.steady_state.evaluation import (
     Evaluation,
@@ -286,7 +286,8 @@ class Runner:
     async def _phases(self, timeline: Timeline) -> None:
         spec = self.spec
         self.env.connect_ray()
-        probes, canary = self._probe_factory(self.env, self.options.canary_rate_per_s)
+        pace = CanaryPace(self.options.canary_rate_per_s, spec.canary_timeout_s)
+        probes, canary = self._probe_factory(self.env, pace)
         sampler = Sampler(probes, timeline, self.options.interval_s, on_tick=self._on_tick(timeline),
                           timeouts=self._timeouts(probes))  # fmt: skip
         await canary.start(phase_between_ticks(self.options.canary_rate_per_s, self.options.interval_s))

@@ -20,6 +20,7 @@ from inferchaos.faults import registry
 from inferchaos.faults.base import TypedFault
 from inferchaos.layers import EnvName
 from inferchaos.params import InvalidValue, convert, seconds
+from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ class ExperimentSpec:
     slos: SloSpec
     stop_conditions: tuple[Slo, ...]
     raw: dict[str, Any] = field(repr=False)
+    # How long a canary request may wait for its answer before it counts as failed; a latency
+    # SLO judged during the fault needs a threshold well below it.
+    canary_timeout_s: float = 10.0
 
 
 def _fail(path: Path, key: str, message: str) -> ConfigError:
@@ -123,6 +127,20 @@ def _seconds(path: Path, key: str, value: Any, *, allow_zero: bool = False) -> f
         return seconds(value, key, allow_zero=allow_zero)
     except InvalidValue as e:
         raise _fail(path, e.key, e.problem) from e
+
+
+def _canary_timeout(path: Path, raw: Any) -> float:
+    """``canary: {request_timeout_s: N}``: the one canary setting an experiment makes."""
+    if raw is None:
+        return CanaryPace().request_timeout_s
+    if not isinstance(raw, dict):
+        raise _fail(path, "canary", f"must be a mapping with request_timeout_s, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - {"request_timeout_s"})
+    if unknown:
+        raise _fail(path, f"canary.{unknown[0]}", "unknown key; use request_timeout_s")
+    return _seconds(
+        path, "canary.request_timeout_s", raw.get("request_timeout_s", CanaryPace().request_timeout_s)
+    )
 
 
 def _fault_step(path: Path, method: list[Any]) -> FaultStep:
@@ -246,6 +264,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     if not isinstance(baseline, dict):
         raise _fail(path, "baseline", "must be a mapping with duration_s")
     baseline_s = _seconds(path, "baseline.duration_s", baseline.get("duration_s", 10))
+    canary_timeout_s = _canary_timeout(path, raw.get("canary"))
     try:
         slos = ensure_slos_are_valid(raw)
     except ConfigError as e:
@@ -263,6 +282,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
         slos=slos,
         stop_conditions=stop_conditions,
         raw=raw,
+        canary_timeout_s=canary_timeout_s,
     )
 
 

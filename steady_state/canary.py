@@ -24,6 +24,15 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class CanaryPace:
+    """How often the canary asks and how long it waits for an answer: what a run and an
+    experiment choose, where :class:`CanaryConfig` adds what the environment knows."""
+
+    rate_per_s: float = 2.0
+    request_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
 class CanaryConfig:
     """What the canary sends and how often."""
 

@@ -27,6 +27,7 @@ from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.primitives.env_status import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
 from inferchaos.steady_state.base import Probe, Sample
+from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.slo import ensure_slos_are_valid
 
 FAKE_FAULT = "test.fake_fault"
@@ -156,14 +157,14 @@ class FakeCanary(FakeProbe):
 
 @dataclass
 class FakeProbeFactory:
-    """``probe_factory(env, canary_rate) -> (probes, canary)`` over one world."""
+    """``probe_factory(env, canary_pace) -> (probes, canary)`` over one world."""
 
     world: World
     built: list[FakeProbe] = field(default_factory=list)
-    canary_rates: list[float] = field(default_factory=list)
+    paces: list[CanaryPace] = field(default_factory=list)
 
-    def __call__(self, env: Any, canary_rate_per_s: float) -> tuple[list[Probe], FakeCanary]:
-        self.canary_rates.append(canary_rate_per_s)
+    def __call__(self, env: Any, pace: CanaryPace) -> tuple[list[Probe], FakeCanary]:
+        self.paces.append(pace)
         canary = FakeCanary(self.world)
         vllm = FakeProbe("vllm@replica-0", Layer.VLLM, self.world,
                          ("vllm.kv_cache_usage", "vllm.num_requests_waiting"), {"replica": "replica-0"})  # fmt: skip

@@ -27,6 +27,7 @@ from inferchaos.experiments.load import (
 from inferchaos.layers import Layer
 from inferchaos.primitives.processes import spawn_process_group
 from inferchaos.steady_state.base import Probe, Sample
+from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.sampler import Sampler
 from inferchaos.steady_state.timeline import Timeline
 from tests.fakes.openai_server import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
@@ -145,7 +146,7 @@ async def test_runner_factory_samples_load_between_canary_start_and_stop(
 ) -> None:
     fake_canary = FakeCanary(server.url)
 
-    def base(env: Any, rate: float) -> tuple[list[Probe], Any]:
+    def base(env: Any, pace: CanaryPace) -> tuple[list[Probe], Any]:
         return [fake_canary], fake_canary
 
     factory = load_probe_factory("steady", csv_dir=tmp_path / "load", options=LoadOptions(users=2), base=base)
@@ -177,7 +178,7 @@ async def test_canary_is_not_started_when_locust_cannot_start(tmp_path: Path) ->
     fake_canary = FakeCanary("http://127.0.0.1:9")
     options = LoadOptions(extra_args=("--load-profile", "surge"))
     factory = load_probe_factory(
-        "steady", tmp_path, options, base=lambda env, rate: ([fake_canary], fake_canary)
+        "steady", tmp_path, options, base=lambda env, pace: ([fake_canary], fake_canary)
     )
     _, canary = factory(object(), 2.0)
     with pytest.raises(LoadError):

@@ -320,8 +320,9 @@ def test_a_replica_missing_one_or_two_reads_does_not_outrank_a_crash_looping_ser
         healthy_ray(synth),
         calm_vllm(synth, "replica-0"),
         [r for r in calm_vllm(synth, "replica-1") if r.t not in (synth.t0 + 12, synth.t0 + 15)],
-        synth.error_rows("vllm@replica-1", [12, 15], "TimeoutError: no answer within 0.8 s",
-                         {"replica": "replica-1"}),  # fmt: skip
+        synth.error_rows(
+            "vllm@replica-1", [12, 15], "TimeoutError: no answer within 0.8 s", {"replica": "replica-1"}
+        ),  # fmt: skip
         [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
     )
     assert diagnose(synth, timeline).layer == "ray"
@@ -329,8 +330,9 @@ def test_a_replica_missing_one_or_two_reads_does_not_outrank_a_crash_looping_ser
     silent = synth.timeline(
         healthy_ray(synth),
         calm_vllm(synth, "replica-0"),
-        synth.error_rows("vllm@replica-1", [12, 13, 14], "TimeoutError: no answer within 0.8 s",
-                         {"replica": "replica-1"}),  # fmt: skip
+        synth.error_rows(
+            "vllm@replica-1", [12, 13, 14], "TimeoutError: no answer within 0.8 s", {"replica": "replica-1"}
+        ),  # fmt: skip
         [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
     )
     assert diagnose(synth, silent).layer == "vllm"
