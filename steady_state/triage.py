@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -37,6 +38,7 @@ class Condition(StrEnum):
     FALLING = "falling"  # a reading dropped by more than threshold below an earlier one
     PLUNGING = "plunging"  # a reading dropped by more than threshold within PLUNGE_SPAN_S
     GROWING = "growing"  # least-squares slope above threshold per second
+    OUTLIER = "outlier"  # median since the fault above threshold x its own before and x its peers'
     UNREACHABLE = "unreachable"  # more than threshold failed reads by this layer's probes
 
 
@@ -87,6 +89,14 @@ RULES: tuple[Rule, ...] = (
     Rule(Layer.VLLM, "canary.success", C.EQUALS, 0,
          "a user request accepted by a vLLM replica failed ({labels}): timed out or broke off",
          symptom=True, needs_label="replica"),
+    # A fail-slow replica answers every request, slowly: its requests' median end-to-end time
+    # since the fault, against its own before and against the other replicas' since. Both,
+    # because a busy machine slows every replica: while Ray restarted Serve's controller
+    # (a healthy serve_controller_loss), replica-0's median rose 5.2 x its own, but only 2.1 x
+    # its neighbour's. replica-0 slowed tenfold and left in rotation: 11.4 x and 10.8 x.
+    Rule(Layer.VLLM, "canary.e2e_s", C.OUTLIER, 4,
+         "requests answered by a vLLM replica ({labels}) took {value:.3g} x as long as before the fault "
+         "and as on the other replicas", symptom=True, needs_label="replica"),
     # Device: memory on the card that the replica needs.
     Rule(Layer.DEVICE, "device.available", C.EQUALS, 0, "device unavailable ({labels})"),
     Rule(Layer.DEVICE, "device.free_bytes", C.BELOW, None,
@@ -233,6 +243,43 @@ def _match_change(rule: Rule, threshold: float, timeline: Timeline, start: float
     return best
 
 
+# Readings a median needs before SLOWER/OUTLIER compares it with another.
+OUTLIER_MIN_READINGS = 3
+
+
+def _match_outlier(
+    rule: Rule, threshold: float, timeline: Timeline, start: float, end: float, since: float
+) -> Match | None:
+    """The series whose median reading in ``[max(start, since), end]`` is more than
+    ``threshold`` times both its own median before ``since`` and the median of every other
+    series' readings in that window (its peers); the value is the smaller of the two ratios."""
+    before: dict[str, list[float]] = {}
+    after: dict[str, list[float]] = {}
+    first: dict[str, float] = {}
+    for label_text, points in timeline.series(rule.probe, end=end, include_end=True).items():
+        if not rule.reads(parse_labels(label_text)):
+            continue
+        before[label_text] = [v for t, v in points if t < since]
+        window = sorted((t, v) for t, v in points if t >= max(start, since))
+        after[label_text] = [v for _, v in window]
+        if window:
+            first[label_text] = window[0][0]
+    best: Match | None = None
+    for label_text, values in after.items():
+        peers = [v for other, vs in after.items() if other != label_text for v in vs]
+        own = before[label_text]
+        if min(len(values), len(peers), len(own)) < OUTLIER_MIN_READINGS:
+            continue
+        reference, peer = statistics.median(own), statistics.median(peers)
+        if reference <= 0 or peer <= 0:
+            continue
+        median = statistics.median(values)
+        ratio = min(median / reference, median / peer)
+        if ratio > threshold and (best is None or ratio > best.value):
+            best = Match(rule, ratio, first[label_text], parse_labels(label_text), threshold)
+    return best
+
+
 def _match_unreachable(
     rule: Rule, threshold: float, timeline: Timeline, start: float, end: float, since: float
 ) -> Match | None:
@@ -275,6 +322,8 @@ def match_rule(rule: Rule, timeline: Timeline, start: float, end: float, since: 
         return _match_level(rule, threshold, timeline, start, end, since)
     if rule.condition is C.UNREACHABLE:
         return _match_unreachable(rule, threshold, timeline, start, end, since)
+    if rule.condition is C.OUTLIER:
+        return _match_outlier(rule, threshold, timeline, start, end, since)
     return _match_change(rule, threshold, timeline, start, end)
 
 

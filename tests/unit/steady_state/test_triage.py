@@ -336,3 +336,29 @@ def test_a_replica_missing_one_or_two_reads_does_not_outrank_a_crash_looping_ser
         [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
     )
     assert diagnose(synth, silent).layer == "vllm"
+
+
+def test_a_replica_slower_than_before_and_than_its_neighbour_is_vllm(synth: Synth) -> None:
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        calm_vllm(synth, "replica-1"),
+        synth.rows("canary.e2e_s", step(0.05, 0.65, 11), labels={"replica": "replica-0"}),
+        synth.rows("canary.e2e_s", [0.05] * N, labels={"replica": "replica-1"}),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "vllm"
+    assert result.evidence["labels"] == {"replica": "replica-0"}
+    assert "took 13 x as long as before the fault and as on the other replicas" in result.reason
+
+
+def test_every_replica_slowed_by_a_busy_machine_is_not_a_slow_replica(synth: Synth) -> None:
+    # A crash-looping controller's restarts slowed both replicas 5 x: no replica is the outlier.
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        calm_vllm(synth, "replica-1"),
+        synth.rows("canary.e2e_s", step(0.07, 0.37, 11), labels={"replica": "replica-0"}),
+        synth.rows("canary.e2e_s", step(0.07, 0.18, 11), labels={"replica": "replica-1"}),
+    )
+    assert diagnose(synth, timeline).layer == "unknown"
