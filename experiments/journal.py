@@ -1,86 +1,217 @@
-"""A Chaos Toolkit journal (the shape `chaos run` writes) for an inferchaos run."""
+"""A Chaos Toolkit journal of an inferchaos run, in the shape chaoslib writes for `chaos run`.
+
+The mapping (README "Game days and experiments", the journal): the baseline SLOs are the
+``before`` hypothesis, the during SLOs the one ``during`` hypothesis, the recovery SLOs the
+``after`` hypothesis; each SLO is one probe (experiments/ctk_slo.py) whose output is the value
+observed. The fault's inject is ``run[0]``, its revert ``rollbacks[0]``. inferchaos' own
+figures (the verdict) are the ``inferchaos`` extension.
+"""
 
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from inferchaos.experiments import ctk_slo
 from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.experiments.verdict import Status, Verdict
+from inferchaos.steady_state.slo import Phase
+from inferchaos.steady_state.timeline import Mark
 
-# Chaos Toolkit's journal status words for our verdict statuses: a run whose baseline was not
-# met is "aborted" in both vocabularies, never "completed".
+EXTENSION = "inferchaos"
+# The run folder's timeline, as the SLO probes' provider reads it (relative: run from the folder).
+TIMELINE = "timeline.csv"
+
+# Chaos Toolkit's journal status words for our verdict statuses. chaoslib says "aborted" when
+# the method hit a fatal error, as an inferchaos error does; a baseline not met is "aborted" in
+# both vocabularies, never "completed". An interrupted run is "interrupted" (build_journal).
 CTK_STATUS = {
     Status.PASSED: "completed",
     Status.FAILED: "failed",
     Status.ABORTED: "aborted",
-    Status.ERROR: "failed",
+    Status.ERROR: "aborted",
 }
+
+
+@dataclass(frozen=True)
+class Act:
+    """One call of the runner on the fault (inject or revert): when it ran, what it gave back."""
+
+    start: float
+    end: float
+    output: Mapping[str, Any] | None = None
+    # Why the call failed; None when it returned.
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FaultActs:
+    """What the runner did to the fault, beyond what the verdict records."""
+
+    inject: Act | None = None
+    revert: Act | None = None
+    interrupted: bool = False
+    # Whether the runner sampled the recovery phase; it does not after a signal or an error,
+    # and then, as chaoslib, the journal has no ``after`` hypothesis.
+    recovery_sampled: bool = False
 
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat()
 
 
-def build_journal(
-    spec: ExperimentSpec,
-    verdict: Verdict,
-    action_output: dict[str, Any] | None,
-    rollback_output: dict[str, Any] | None,
+def _timed(start: float, end: float) -> dict[str, Any]:
+    return {"start": _iso(start), "end": _iso(end), "duration": round(max(0.0, end - start), 3)}
+
+
+def _activity_run(activity: Mapping[str, Any], act: Act) -> dict[str, Any]:
+    """An activity result as chaoslib's ``execute_activity`` writes it (``exception`` when it failed)."""
+    run: dict[str, Any] = {
+        "activity": dict(activity),
+        "output": None if act.output is None else dict(act.output),
+        "status": "failed" if act.error else "succeeded",
+        **_timed(act.start, act.end),
+    }
+    if act.error:
+        # chaoslib stores traceback.format_exception's lines; ours is the one line the runner kept.
+        run["exception"] = [act.error]
+    return run
+
+
+def _slo_activity(declared: Mapping[str, Any], threshold: float | None) -> dict[str, Any]:
+    """The SLO as a hypothesis probe: its declaration is the provider's argument, its
+    comparison (with the threshold this run used) the tolerance."""
+    name = str(declared["name"])
+    return {
+        "type": "probe",
+        "name": name,
+        "provider": {
+            "type": "python",
+            "module": ctk_slo.__name__,
+            "func": ctk_slo.slo_observed.__name__,
+            "arguments": {"timeline": TIMELINE, "slo": dict(declared)},
+        },
+        "tolerance": {
+            "type": "probe",
+            "name": f"{name}-holds",
+            "provider": {
+                "type": "python",
+                "module": ctk_slo.__name__,
+                "func": ctk_slo.slo_holds.__name__,
+                "arguments": {"op": declared["op"], "threshold": threshold},
+            },
+        },
+    }
+
+
+def _probe_run(
+    declared: Mapping[str, Any], slo: Mapping[str, Any], start: float, end: float
 ) -> dict[str, Any]:
-    """Journal keys as chaoslib writes them, plus an ``inferchaos`` summary of the verdict."""
+    """One SLO's judgement as chaoslib's hypothesis writes a probe's run: ``failed`` with an
+    ``exception`` when no value judged it, else ``succeeded`` with the value as ``output``."""
+    judged = ctk_slo.value_decides(slo["observed"], slo["ok"], slo["op"], slo["threshold"])
+    run: dict[str, Any] = {
+        "activity": _slo_activity(declared, slo["threshold"]),
+        "output": slo["observed"] if judged else None,
+        "status": "succeeded" if judged else "failed",
+        **_timed(start, end),
+        "tolerance_met": bool(slo["ok"]),
+    }
+    if not judged:
+        run["exception"] = [f"SLO {slo['name']} [{slo['phase']}]: {slo['reason']}"]
+    return run
+
+
+def _phase_span(verdict: Verdict, phase: Phase) -> tuple[float, float] | None:
+    """When ``phase`` ran, from the timeline's marks; None when the run never got there."""
+    marks = verdict.phases
+    end = marks.get(Mark.END, verdict.ended_at)
+    start_mark, end_mark = {
+        Phase.BASELINE: (Mark.BASELINE_START, Mark.INJECTED),
+        Phase.DURING: (Mark.INJECTED, Mark.REVERTED),
+        Phase.RECOVERY: (Mark.REVERTED, Mark.END),
+    }[phase]
+    if start_mark not in marks:
+        return None
+    return marks[start_mark], marks.get(end_mark, end)
+
+
+def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[str, Any] | None:
+    """The SLOs of ``phase`` as chaoslib's ``run_steady_state_hypothesis`` result; None when the
+    phase never ran, as chaoslib leaves a hypothesis it never ran.
+
+    Every SLO is listed, not only those up to the first miss where chaoslib would stop: the
+    runner judged them all.
+    """
+    span = _phase_span(verdict, phase)
+    if span is None:
+        return None
+    declared = {str(entry["name"]): entry for entry in spec.raw.get("slos", [])}
+    slos = [s for s in verdict.slos if s["phase"] == phase]
+    return {
+        "steady_state_met": all(s["ok"] for s in slos),
+        # An SLO not in the file (none today) is described by what the verdict says of it.
+        "probes": [_probe_run(declared.get(s["name"], _declared_from(s)), s, *span) for s in slos],
+    }
+
+
+def _declared_from(slo: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: slo[key] for key in ("name", "phase", "op", "threshold")}
+
+
+def deviated(steady_states: Mapping[str, Any]) -> bool:
+    """Whether the steady state deviated: the ``during`` or the ``after`` hypothesis was not met.
+
+    chaoslib sets it from ``after`` alone, the one hypothesis after its method; ours judges the
+    during phase too. A baseline miss is no deviation but a precondition not met (chaoslib's
+    method never runs then either).
+    """
+    judged = [*steady_states["during"], steady_states["after"]]
+    return any(state is not None and not state["steady_state_met"] for state in judged)
+
+
+def _rollback_activity(spec: ExperimentSpec, fault_name: str) -> Mapping[str, Any]:
+    rollbacks: Sequence[Mapping[str, Any]] = spec.raw.get("rollbacks") or []
+    return rollbacks[0] if rollbacks else {"type": "action", "name": f"revert-{fault_name}"}
+
+
+def _extension(verdict: Verdict) -> dict[str, Any]:
+    """inferchaos' own figures: the whole verdict (status, SLO details, timing, triage, detection,
+    control, ...), as verdict.json holds it."""
+    return {"name": EXTENSION, **verdict.to_dict()}
+
+
+def build_journal(spec: ExperimentSpec, verdict: Verdict, acts: FaultActs) -> dict[str, Any]:
+    """The Chaos Toolkit journal of one run (plain JSON data, as chaoslib's run journal is)."""
     import chaoslib
 
-    fault = verdict.fault
-    baseline = [s for s in verdict.slos if s["phase"] == "baseline"]
-    recovery = [s for s in verdict.slos if s["phase"] == "recovery"]
-    action = spec.raw["method"][spec.fault.index]
     run = []
-    if fault is not None and fault.injected_at:
-        run.append(
-            {
-                "activity": action,
-                "status": "succeeded" if fault.effect_observed else "failed",
-                "output": action_output,
-                "start": _iso(fault.injected_at),
-                "end": _iso(fault.reverted_at or verdict.ended_at),
-                "duration": round((fault.reverted_at or verdict.ended_at) - fault.injected_at, 3),
-            }
-        )
+    if acts.inject is not None:
+        run.append(_activity_run(spec.raw["method"][spec.fault.index], acts.inject))
     rollbacks = []
-    if rollback_output is not None and fault is not None:
-        rollbacks.append(
-            {
-                "activity": (
-                    spec.raw.get("rollbacks") or [{"type": "action", "name": f"revert-{fault.name}"}]
-                )[0],
-                "status": "succeeded" if rollback_output.get("ok") else "failed",
-                "output": rollback_output,
-                "start": _iso(fault.reverted_at or verdict.ended_at),
-                "end": _iso(fault.reverted_at or verdict.ended_at),
-                "duration": 0,
-            }
-        )
+    if acts.revert is not None:
+        rollbacks.append(_activity_run(_rollback_activity(spec, spec.fault.fault), acts.revert))
+    during = _hypothesis(spec, verdict, Phase.DURING)
+    steady_states = {
+        "before": _hypothesis(spec, verdict, Phase.BASELINE),
+        "after": _hypothesis(spec, verdict, Phase.RECOVERY) if acts.recovery_sampled else None,
+        # One entry: the runner judges the during phase once, over all of it; chaoslib appends
+        # one per run of its continuous hypothesis. Empty without during SLOs (nothing to judge).
+        "during": [during] if during is not None and during["probes"] else [],
+    }
     return {
         "chaoslib-version": chaoslib.__version__,
         "platform": platform.platform(),
         "node": platform.node(),
         "experiment": spec.raw,
-        "start": _iso(verdict.started_at),
-        "end": _iso(verdict.ended_at),
-        "duration": round(verdict.ended_at - verdict.started_at, 3),
-        "status": CTK_STATUS[verdict.status],
-        "deviated": verdict.status is Status.FAILED,
-        "steady_states": {
-            "before": {"steady_state_met": all(s["ok"] for s in baseline), "probes": baseline},
-            "after": {
-                "steady_state_met": all(s["ok"] for s in recovery) if recovery else None,
-                "probes": recovery,
-            },
-            "during": [s for s in verdict.slos if s["phase"] == "during"],
-        },
+        **_timed(verdict.started_at, verdict.ended_at),
+        "status": "interrupted" if acts.interrupted else CTK_STATUS[verdict.status],
+        "deviated": deviated(steady_states),
+        "steady_states": steady_states,
         "run": run,
         "rollbacks": rollbacks,
-        "inferchaos": {"status": str(verdict.status), "reason": verdict.reason},
+        "extensions": [_extension(verdict)],
     }

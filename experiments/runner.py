@@ -22,7 +22,7 @@ from typing import Any
 from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
 from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
-from inferchaos.experiments.journal import build_journal
+from inferchaos.experiments.journal import Act, FaultActs, build_journal
 from inferchaos.experiments.probes import ProbeFactory, build_probes
 from inferchaos.experiments.redact import redact, secret_values
 from inferchaos.experiments.spec import ExperimentSpec
@@ -91,6 +91,12 @@ class _RunState:
     # A control's sabotage faults, and what reverting them and a held fault after the run did.
     sabotage: list[FaultHandle] = field(default_factory=list)
     released: list[dict[str, Any]] = field(default_factory=list)
+    # For the journal: when the scenario fault's inject and revert ran (epoch seconds), why the
+    # inject failed, and whether the recovery phase was sampled.
+    inject_times: tuple[float, float] | None = None
+    inject_error: str | None = None
+    revert_times: tuple[float, float] | None = None
+    recovery_sampled: bool = False
 
 
 def check_environment(env: Environment) -> None:
@@ -337,9 +343,12 @@ class Runner:
             await self._inject_sabotage(SabotageAt.BEFORE_INJECT)
             if self._state.errors:
                 return
+            errors_before, inject_started = len(self._state.errors), time.time()
             try:
                 self._state.handle = await self._inject(self.fault, spec.fault.params)
             finally:
+                self._state.inject_times = (inject_started, time.time())
+                self._state.inject_error = "; ".join(self._state.errors[errors_before:]) or None
                 # The ledger holds the handle even if inject failed midway: find it for the revert.
                 if self._state.handle is None:
                     live = [h for h in self.ledger.entries() if h.fault == spec.fault.fault]
@@ -368,6 +377,7 @@ class Runner:
         finally:
             await self._revert(timeline)
         if self._state.handle is not None and not self._state.interrupted and not self._state.errors:
+            self._state.recovery_sampled = True
             await self._recovery(timeline)
             self._state.evidence_after = await asyncio.to_thread(
                 self.fault.evidence, self.env, self._state.handle
@@ -448,6 +458,14 @@ class Runner:
 
     async def _revert_handle(self, fault: Fault, handle: FaultHandle) -> tuple[dict[str, Any], bool]:
         """Revert one injection to its end, signals or not; its rollback output and whether a signal came."""
+        started = time.time()
+        try:
+            return await self._revert_to_end(fault, handle)
+        finally:
+            if handle is self._state.handle:
+                self._state.revert_times = (started, time.time())
+
+    async def _revert_to_end(self, fault: Fault, handle: FaultHandle) -> tuple[dict[str, Any], bool]:
         act = asyncio.ensure_future(asyncio.to_thread(fault.revert, self.env, handle, self.ledger))
         cancelled = False
         # Waited for to its end, signals or not: a signal during the revert must neither leave the
@@ -723,11 +741,23 @@ class Runner:
             pass  # no Ray token to hide
         return secrets
 
+    def _fault_acts(self) -> FaultActs:
+        """The scenario fault's inject and revert as the journal records them."""
+        state = self._state
+        inject = revert = None
+        if state.inject_times is not None:
+            inject = Act(*state.inject_times, output=state.action_output, error=state.inject_error)
+        if state.revert_times is not None and state.rollback_output is not None:
+            output = state.rollback_output
+            error = None if output.get("ok") else str(output.get("error", "the revert failed"))
+            revert = Act(*state.revert_times, output=output, error=error)
+        return FaultActs(inject, revert, state.interrupted, state.recovery_sampled)
+
     def _write_outputs(self, verdict: Verdict) -> None:
         import json
 
         secrets = self._secrets()
-        journal = build_journal(self.spec, verdict, self._state.action_output, self._state.rollback_output)
+        journal = build_journal(self.spec, verdict, self._fault_acts())
         (self.run_dir / "journal.json").write_text(
             json.dumps(redact(journal, secrets), indent=2, default=str)
         )

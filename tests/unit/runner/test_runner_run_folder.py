@@ -9,8 +9,8 @@ import pytest
 
 from tests.fakes.runner import DEFAULT_RECOVERY, EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
 
-JOURNAL_KEYS = {"chaoslib-version", "experiment", "start", "end", "status", "deviated", "steady_states", "run",
-                "rollbacks"}  # fmt: skip
+JOURNAL_KEYS = {"chaoslib-version", "platform", "node", "experiment", "start", "end", "duration", "status",
+                "deviated", "steady_states", "run", "rollbacks", "extensions"}  # fmt: skip
 PHASES = ["phase.baseline_start", "phase.injected", "phase.reverted", "phase.end"]
 
 
