@@ -10,12 +10,15 @@ from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.experiments.verdict import Status, Verdict
 
 # Chaos Toolkit's journal status words for our verdict statuses: a run whose baseline was not
-# met is "aborted" in both vocabularies, never "completed".
+# met is "aborted" in both vocabularies, never "completed". chaoslib has no word for a run
+# that never started; it says "aborted" when its method never ran, the nearest case, and the
+# journal's ``inferchaos.status`` says "skipped".
 CTK_STATUS = {
     Status.PASSED: "completed",
     Status.FAILED: "failed",
     Status.ABORTED: "aborted",
     Status.ERROR: "failed",
+    Status.SKIPPED: "aborted",
 }
 
 
