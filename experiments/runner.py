@@ -815,11 +815,11 @@ def run_experiment(
     """
     try:
         _, plan = plan_run(spec, env)
+        plans = [plan, *(plan_sabotage(options.control, env) if options.control else [])]
     except Unsupported as e:
         if options.dry_run:
             raise
         return Runner(spec, env, options, progress, probe_factory).skip(e)
-    plans = [plan, *(plan_sabotage(options.control, env) if options.control else [])]
     if options.allow is not None:
         for each in plans:
             ensure_plan_is_allowed(each.targets, options.allow, env.load_state().ray_address)

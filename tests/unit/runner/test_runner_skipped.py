@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from inferchaos.experiments import cli
+from inferchaos.experiments.controls import load_control
 from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
 from inferchaos.experiments.verdict import Status, Verdict
 from inferchaos.primitives.memory_budget import CGROUP_ROOT_ENV
@@ -181,3 +182,19 @@ def test_a_skip_exits_0_and_is_no_failure_of_the_day() -> None:
     verdict = Verdict(experiment="gpu_memory_squat", title="t", env="local", status=Status.SKIPPED,
                       reason="no budgets", started_at=0.0, ended_at=0.0)  # fmt: skip
     assert verdict.exit_code == 0
+
+
+@pytest.mark.usefixtures("private_home")
+def test_a_negative_control_of_a_skipped_scenario_is_skipped_too_not_unproven(
+    no_cgroups: Path, tmp_path: Path
+) -> None:
+    control = load_control(REPO / "experiments" / "controls" / "gpu_memory_squat.yaml")
+    environment = FakeLocalEnvironment()
+    planned = cli._plan_suite([], environment, None, [control])  # type: ignore[arg-type]
+    assert [(p.plan, p.skipped.startswith(_reason(no_cgroups))) for p in planned] == [(None, True)]
+    out = tmp_path / "runs"
+    assert cli._run_suite(planned, environment, out, 0.25, None, None) == 0  # type: ignore[arg-type]
+    (verdict,) = _verdicts(out).values()
+    assert (verdict["status"], verdict["control"]) == ("skipped", None)
+    strict_out = tmp_path / "strict"
+    assert cli._run_suite(planned, environment, strict_out, 0.25, None, None, strict=True) == 2  # type: ignore[arg-type]
