@@ -769,7 +769,8 @@ def _print_plans(planned: list[_PlannedRun], strict: bool = False) -> int:
             click.echo(f"skipped: {run.skipped}")
             continue
         click.echo(describe_plan(run.spec, run.plan, run.control, run.sabotage))
-    click.echo(f"dry run: {len(planned) - skipped} experiment(s) planned, {skipped} skipped, nothing touched")
+    skips = f", {skipped} skipped" if skipped else ""
+    click.echo(f"dry run: {len(planned) - skipped} experiment(s) planned{skips}, nothing touched")
     return EXIT_STRICT_SKIP if strict and skipped else 0
 
 
