@@ -12,7 +12,8 @@ STAMP := $(VENV)/.inferchaos-installed
 #   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 TORCH_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
-# Extra flags for `inferchaos gameday` / pytest, e.g. PYTEST_ARGS="-k env".
+# Extra flags for `inferchaos gameday` / pytest, e.g. GAMEDAY_ARGS=--strict, PYTEST_ARGS="-k env".
+GAMEDAY_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: help venv gameday test test-unit test-integration lint bench clean env-down
@@ -42,7 +43,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 gameday: $(STAMP)
-	$(BIN)/inferchaos gameday
+	$(BIN)/inferchaos gameday $(GAMEDAY_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)

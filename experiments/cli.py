@@ -22,7 +22,7 @@ from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
 from inferchaos.environments.local.progress_check import HealthCheck
-from inferchaos.errors import ConfigError, FaultError, InferchaosError
+from inferchaos.errors import ConfigError, FaultError, InferchaosError, Unsupported
 from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
@@ -44,7 +44,7 @@ from inferchaos.experiments.suites import (
     ensure_suite_matches_env,
     suite_paths,
 )
-from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Verdict
+from inferchaos.experiments.verdict import EXIT_INTERRUPTED, EXIT_STRICT_SKIP, Status, Verdict
 from inferchaos.faults.base import FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
@@ -323,6 +323,10 @@ def _k8s_run_allow(environment: K8sEnvironment) -> AllowList:
 
 
 def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
+    if verdict.status is Status.SKIPPED:
+        console.print(f"[bold yellow]skipped:[/] {verdict.reason}", highlight=False)
+        console.print(f"  run folder: {run_dir}", highlight=False)
+        return
     colour = {"passed": "green", "failed": "red", "aborted": "yellow", "error": "red"}[str(verdict.status)]
     console.print(
         f"[bold {colour}]{str(verdict.status).upper()}[/] {verdict.experiment}: {verdict.reason}",
@@ -383,25 +387,35 @@ def _run_one(
     control: ControlSpec | None = None,
     run_dir: Path | None = None,
     pushgateway: str | None = None,
+    strict: bool = False,
 ) -> tuple[int, Verdict | None]:
     """Run one experiment (or control) into ``out``: its exit code and verdict (None for a dry run).
 
     ``run_dir`` is its run folder, by default a new one under ``out``. With ``pushgateway`` its
-    metrics are pushed there once it is judged; the push cannot change the exit code.
+    metrics are pushed there once it is judged; the push cannot change the exit code. A run
+    this host cannot hold is skipped: exit 0, or EXIT_STRICT_SKIP with ``strict``.
     """
     # Named here, so that Locust's CSVs (with --load) land in the run folder too.
     run_dir = run_dir or _new_run_dir(out, spec.name)
     options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir,
                          control=control)  # fmt: skip
     factory = load_probe_factory(load, csv_dir=run_dir / "load") if load else build_probes
-    with Progress() as progress:
-        runner_progress = progress if not dry_run else None
-        verdict = run_experiment(spec, env, options, runner_progress, probe_factory=factory)
+    skip_code = EXIT_STRICT_SKIP if strict else 0
+    try:
+        with Progress() as progress:
+            runner_progress = progress if not dry_run else None
+            verdict = run_experiment(spec, env, options, runner_progress, probe_factory=factory)
+    except Unsupported as e:
+        # Only a dry run raises it: nothing is recorded, the plan's refusal is the whole answer.
+        click.echo(f"skipped: {e}")
+        return skip_code, None
     if verdict is None:
         return 0, None
     _print_verdict(verdict, run_dir)
     if pushgateway is not None:
         _push_run(pushgateway, run_dir)
+    if verdict.status is Status.SKIPPED:
+        return skip_code, verdict
     code = (
         verdict.exit_code
         if str(verdict.status) != "aborted" or "interrupted" not in verdict.reason
@@ -417,6 +431,13 @@ LOAD_OPTION = click.option(
 )  # fmt: skip
 
 
+STRICT_OPTION = click.option(
+    "--strict", is_flag=True,
+    help="Exit 2 when a scenario is skipped because this host cannot hold it (no memory budgets, no "
+         "GPU), for CI gates that require every scenario to run. Without it a skip exits 0.",
+)  # fmt: skip
+
+
 @cli.command("run")
 @click.argument("experiment", type=click.Path(path_type=Path))
 @ENV_OPTION
@@ -428,6 +449,7 @@ LOAD_OPTION = click.option(
 )
 @LOAD_OPTION
 @PUSHGATEWAY_OPTION
+@STRICT_OPTION
 def run_cmd(
     experiment: Path,
     env_name: str,
@@ -437,6 +459,7 @@ def run_cmd(
     dry_run: bool,
     load: str | None,
     pushgateway: str | None,
+    strict: bool,
 ) -> None:
     """Run one experiment: baseline, inject, sample, always revert, measure recovery, judge.
 
@@ -445,6 +468,11 @@ def run_cmd(
     Exit codes: 0 every SLO held and the system recovered; 1 an SLO breached, no recovery in
     time, the fault never bit, or the run aborted; 2 invalid input or environment error
     (nothing injected); 130 interrupted (after rollback).
+
+    A scenario this host cannot hold (gpu_memory_squat without replica memory budgets or a GPU)
+    is skipped, not failed: it prints "skipped: <reason>", writes a run folder whose verdict is
+    `skipped` (junit.xml: <skipped message=...>) and exits 0; with --strict it exits 2. A dry
+    run prints the same line and writes nothing.
 
     EXPERIMENT may also be a negative control (experiments/controls/*.yaml): the scenario it
     names runs against a platform the control breaks, and is expected to FAIL (exit 1); the
@@ -463,7 +491,7 @@ def run_cmd(
     if spec.env != env_name:
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
     sys.exit(_run_one(spec, environment, out_dir, interval, dry_run, allow, load, control,
-                      pushgateway=pushgateway)[0])  # fmt: skip
+                      pushgateway=pushgateway, strict=strict)[0])  # fmt: skip
 
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
@@ -473,12 +501,16 @@ LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens
 
 @dataclass(frozen=True)
 class _PlannedRun:
-    """One experiment of a game day, validated and planned against the live environment."""
+    """One experiment of a game day, validated and planned against the live environment.
+
+    ``plan`` is None when the plan found this host cannot hold the scenario; ``skipped`` says why.
+    """
 
     spec: ExperimentSpec
-    plan: FaultPlan
+    plan: FaultPlan | None
     control: ControlSpec | None = None
     sabotage: tuple[FaultPlan, ...] = ()
+    skipped: str = ""
 
 
 def _ensure_no_local_options(ctx: click.Context, env_name: str) -> None:
@@ -496,18 +528,28 @@ def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8s
     """Plan every experiment (environment answers, fault valid, blast radius allowed) before the first acts.
 
     A game day that would be refused at its third experiment is refused before its first, so a
-    bad suite or config never leaves a half-run day behind. Each run plans itself again when
-    its turn comes: an earlier fault may have changed what the environment looks like.
+    bad suite or config never leaves a half-run day behind. A scenario this host cannot hold
+    (:class:`Unsupported`) is no refusal: it is kept as skipped and the others run. Each run
+    plans itself again when its turn comes: an earlier fault may have changed what the
+    environment looks like.
     """
     planned = []
     for spec in specs:
-        _, plan = plan_run(spec, environment)
+        try:
+            _, plan = plan_run(spec, environment)
+        except Unsupported as e:
+            planned.append(_PlannedRun(spec, None, skipped=str(e)))
+            continue
         if allow is not None:
             ensure_plan_is_allowed(plan.targets, allow, environment.load_state().ray_address)
         planned.append(_PlannedRun(spec, plan))
     for control in controls:
-        _, plan = plan_run(control.scenario, environment)
-        plans = [plan, *plan_sabotage(control, environment)]
+        try:
+            _, plan = plan_run(control.scenario, environment)
+            plans = [plan, *plan_sabotage(control, environment)]
+        except Unsupported as e:
+            planned.append(_PlannedRun(control.run_spec(), None, control, skipped=str(e)))
+            continue
         if allow is not None:
             for each in plans:
                 ensure_plan_is_allowed(each.targets, allow, environment.load_state().ray_address)
@@ -551,11 +593,12 @@ def wait_until_whole(
 
 def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEnvironment, out_dir: Path,
                interval: float, allow: AllowList | None, load: str | None,
-               pushgateway: str | None = None) -> int:  # fmt: skip
+               pushgateway: str | None = None, strict: bool = False) -> int:  # fmt: skip
     """Run the planned experiments in order into one game-day folder, write the day's summary.json,
     junit.xml and openmetrics.txt there, index the reports; the worst exit code.
 
     A negative control counts as 0 when its scenario failed as expected and 1 when it did not.
+    A skipped run (this host cannot hold it) counts 0, or EXIT_STRICT_SKIP with ``strict``.
     """
     from inferchaos.reports.errors import ReportError
     from inferchaos.reports.render import DayRun, render_day, render_index
@@ -563,23 +606,27 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
     day = out_dir / time.strftime("gameday-%Y%m%d-%H%M%S")
     worst = 0
     proofs: list[tuple[str, bool, str]] = []
+    skips: list[tuple[str, str]] = []
     day_runs: list[DayRun] = []
     for i, run in enumerate(planned):
         title = f"negative control: {run.control.breaks}" if run.control else run.spec.title
         console.rule(f"{run.spec.name}: {title}")
-        if i > 0:
+        if i > 0 and not run.skipped:
+            # A run known to be skipped touches nothing: it need not wait for the environment.
             wait_until_whole(environment)
         verdict: Verdict | None = None
         run_dir = _new_run_dir(day, run.spec.name)
         error = ""
         try:
             code, verdict = _run_one(run.spec, environment, day, interval, False, allow, load, run.control,
-                                     run_dir=run_dir, pushgateway=pushgateway)  # fmt: skip
+                                     run_dir=run_dir, pushgateway=pushgateway, strict=strict)  # fmt: skip
         except InferchaosError as e:
             # One experiment that cannot run is a finding of the day; the others still run.
             click.echo(f"inferchaos: {run.spec.name}: {e}", err=True)
             code, error = e.exit_code, str(e)
-        if run.control is not None and code in (0, 1):
+        if verdict is not None and verdict.status is Status.SKIPPED:
+            skips.append((run.spec.name, verdict.reason))
+        elif run.control is not None and code in (0, 1):
             outcome = verdict.control if verdict is not None and verdict.control else {}
             proven = outcome.get("result") == "failed_as_expected"
             proofs.append((run.spec.name, proven, str(outcome.get("message", "control left no verdict"))))
@@ -595,6 +642,9 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
             break
     for name, proven, message in proofs:
         console.print(f"[{'green' if proven else 'red'}]{name}: {message}[/]", highlight=False)
+    for name, reason in skips:
+        strictly = " (--strict: counts as exit 2)" if strict else ""
+        console.print(f"[yellow]{name} skipped: {reason}{strictly}[/]", highlight=False)
     # The day's files and the index are conveniences over the run folders: neither may change
     # the day's exit code.
     try:
@@ -637,16 +687,22 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
 )
 @LOAD_OPTION
 @PUSHGATEWAY_OPTION
+@STRICT_OPTION
 @click.pass_context
 def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: str | None, out_dir: Path,
             interval: float, dry_run: bool, keep_up: bool, with_controls: bool, load: str | None,
-            pushgateway: str | None, health_check: str, **knobs: int) -> None:  # fmt: skip
+            pushgateway: str | None, strict: bool, health_check: str, **knobs: int) -> None:  # fmt: skip
     """Run a suite of experiments in sequence against one environment and write an index of the runs.
 
     Every experiment and the config are validated, and every experiment is planned against the
     live environment (blast radius included), before the first one injects anything. The exit
     code is the worst of the runs. The day's folder gets summary.json, junit.xml (a testsuite
     per run) and openmetrics.txt (every run's series) beside its run folders.
+
+    A scenario this host cannot hold (gpu_memory_squat without replica memory budgets or a GPU)
+    is skipped, not failed: the others run, it prints "skipped: <reason>", its verdict is
+    `skipped` (junit.xml: <skipped message=...>) and it counts 0 toward the exit code; with
+    --strict a skip exits 2.
 
     local: the environment is brought up once; one already up is reused and left up, one started
     here is taken down at the end unless --keep-up. kind and cluster need --config (the
@@ -670,9 +726,10 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
         try:
             planned = _plan_suite(specs, k8s_environment, allow, controls)
             if dry_run:
-                _print_plans(planned)
-                sys.exit(0)
-            sys.exit(_run_suite(planned, k8s_environment, out_dir, interval, allow, load, pushgateway))
+                sys.exit(_print_plans(planned, strict))
+            sys.exit(
+                _run_suite(planned, k8s_environment, out_dir, interval, allow, load, pushgateway, strict)
+            )
         finally:
             k8s_environment.close()
     config = _build_config(health_check, **knobs)
@@ -685,15 +742,14 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
     )
     if dry_run:
         # A dry run starts nothing: the local environment must be up already, as for `run --dry-run`.
-        _print_plans(_plan_suite(specs, environment, local_allow, controls))
-        sys.exit(0)
+        sys.exit(_print_plans(_plan_suite(specs, environment, local_allow, controls), strict))
     started_here = not (environment.is_recorded() and environment.load_state().ready)
     worst = 0
     try:
         with Progress() as progress:
             LocalEnvironment(config, progress=progress).up()
         planned = _plan_suite(specs, environment, local_allow, controls)
-        worst = _run_suite(planned, environment, out_dir, interval, local_allow, load, pushgateway)
+        worst = _run_suite(planned, environment, out_dir, interval, local_allow, load, pushgateway, strict)
     finally:
         if started_here and not keep_up:
             with Progress() as progress:
@@ -702,12 +758,20 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
     sys.exit(worst)
 
 
-def _print_plans(planned: list[_PlannedRun]) -> None:
-    """The --dry-run text of every experiment of the suite, in the order they would run."""
+def _print_plans(planned: list[_PlannedRun], strict: bool = False) -> int:
+    """The --dry-run text of every experiment of the suite, in the order they would run; its exit code
+    (0, or EXIT_STRICT_SKIP with ``strict`` when one would be skipped)."""
+    skipped = 0
     for run in planned:
         console.rule(f"{run.spec.name}: {run.spec.title}")
+        if run.plan is None:
+            skipped += 1
+            click.echo(f"skipped: {run.skipped}")
+            continue
         click.echo(describe_plan(run.spec, run.plan, run.control, run.sabotage))
-    click.echo(f"dry run: {len(planned)} experiment(s) planned, nothing touched")
+    skips = f", {skipped} skipped" if skipped else ""
+    click.echo(f"dry run: {len(planned) - skipped} experiment(s) planned{skips}, nothing touched")
+    return EXIT_STRICT_SKIP if strict and skipped else 0
 
 
 @cli.command("observe")

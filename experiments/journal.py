@@ -28,11 +28,14 @@ TIMELINE = "timeline.csv"
 # Chaos Toolkit's journal status words for our verdict statuses. chaoslib says "aborted" when
 # the method hit a fatal error, as an inferchaos error does; a baseline not met is "aborted" in
 # both vocabularies, never "completed". An interrupted run is "interrupted" (build_journal).
+# chaoslib has no word for a run that never started; it says "aborted" when its method never
+# ran, the nearest case, and the inferchaos extension's status says "skipped".
 CTK_STATUS = {
     Status.PASSED: "completed",
     Status.FAILED: "failed",
     Status.ABORTED: "aborted",
     Status.ERROR: "aborted",
+    Status.SKIPPED: "aborted",
 }
 
 

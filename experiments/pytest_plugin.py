@@ -11,7 +11,8 @@ Registered through the ``pytest11`` entry point, so installing inferchaos is eno
 
 ``chaos_env`` attaches to the environment that is up (``inferchaos env up``) or starts the
 local one for the session and takes it down at the end; ``run_experiment`` runs one
-experiment file and returns its verdict. With ``--junitxml`` each gate is one testcase, with
+experiment file and returns its verdict, or skips the test where this host cannot hold the
+scenario (errors.Unsupported: no memory budgets, no GPU). With ``--junitxml`` each gate is one testcase, with
 the experiment's status, reason, layer and run folder as properties.
 """
 
@@ -69,6 +70,7 @@ def run_experiment(
     record_property: Callable[[str, object], None],
 ) -> Callable[[str | Path], Verdict]:
     """Run an experiment file against ``chaos_env``; returns its :class:`experiments.verdict.Verdict`."""
+    from inferchaos.errors import Unsupported
     from inferchaos.experiments.runner import Runner, RunOptions, plan_run
     from inferchaos.experiments.spec import load_and_validate
 
@@ -80,7 +82,11 @@ def run_experiment(
 
     def run(path: str | Path) -> Verdict:
         spec = load_and_validate(Path(path))
-        plan_run(spec, chaos_env)
+        try:
+            plan_run(spec, chaos_env)
+        except Unsupported as e:
+            # This host cannot hold the scenario (no memory budgets, no GPU): a skip, not a failure.
+            pytest.skip(f"skipped: {e}")
         runner = Runner(spec, chaos_env, RunOptions(out_dir=out, interval_s=interval))
         verdict = runner.run()
         record_property("chaos_experiment", spec.name)

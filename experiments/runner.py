@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
+from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError, Unsupported
 from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import Act, FaultActs, build_journal
@@ -250,6 +250,30 @@ class Runner:
         finally:
             writer.close()
         verdict = self._judge(timeline, started)
+        self._write_outputs(verdict)
+        return verdict
+
+    def skip(self, why: Unsupported) -> Verdict:
+        """Record a run the fault's plan found this host cannot hold: status ``skipped``, nothing touched.
+
+        The run folder holds what every run folder holds (an empty timeline, the journal, the
+        verdict, the reports), so a game day's index and a CI's junit show the skip and its reason.
+        """
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        TimelineWriter(self.run_dir / "timeline.csv").close()
+        now = time.time()
+        verdict = Verdict(
+            experiment=self.spec.name,
+            title=self.spec.title,
+            env=self.env.name,
+            status=Status.SKIPPED,
+            reason=str(why),
+            started_at=now,
+            ended_at=now,
+            triage={"layer": "unknown", "reason": "nothing was injected: the scenario cannot run here",
+                    "evidence": {}},
+        )  # fmt: skip
+        self._progress(f"skipped: {why}")
         self._write_outputs(verdict)
         return verdict
 
@@ -815,10 +839,17 @@ def run_experiment(
 ) -> Verdict | None:
     """Validate against the environment, then run the experiment; with ``dry_run`` only print the plan.
 
-    Returns None for a dry run: nothing was touched.
+    Returns None for a dry run: nothing was touched. A fault whose plan finds this host lacks
+    what it needs (:class:`Unsupported`) makes the run ``skipped``, recorded in its run folder;
+    a dry run records nothing and raises it.
     """
-    _, plan = plan_run(spec, env)
-    plans = [plan, *(plan_sabotage(options.control, env) if options.control else [])]
+    try:
+        _, plan = plan_run(spec, env)
+        plans = [plan, *(plan_sabotage(options.control, env) if options.control else [])]
+    except Unsupported as e:
+        if options.dry_run:
+            raise
+        return Runner(spec, env, options, progress, probe_factory).skip(e)
     if options.allow is not None:
         for each in plans:
             ensure_plan_is_allowed(each.targets, options.allow, env.load_state().ray_address)

@@ -2,8 +2,9 @@
 
 Status and exit code (README "Game days and experiments"): passed 0; failed 1 (an SLO breached, no recovery in time,
 or the fault never bit); aborted 1 (baseline not met or a stop condition fired, after
-rollback); error 2 (invalid input or environment error, nothing injected); interrupted runs
-are `aborted` with exit 130.
+rollback); error 2 (invalid input or environment error, nothing injected); skipped 0 (the host
+lacks what the fault needs, errors.Unsupported; nothing touched; `--strict` makes it 2);
+interrupted runs are `aborted` with exit 130.
 """
 
 from __future__ import annotations
@@ -16,12 +17,23 @@ from typing import Any
 from inferchaos.status import Status
 from inferchaos.steady_state.detection import SignalDetection
 
-__all__ = ["EXIT_CODES", "EXIT_INTERRUPTED", "NO_EFFECT", "SCHEMA_VERSION", "Status", "Timing", "Verdict"]
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_INTERRUPTED",
+    "EXIT_STRICT_SKIP",
+    "NO_EFFECT",
+    "SCHEMA_VERSION",
+    "Status",
+    "Timing",
+    "Verdict",
+]
 
 SCHEMA_VERSION = 1
 
 
-EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.ABORTED: 1, Status.ERROR: 2}
+EXIT_CODES = {Status.PASSED: 0, Status.FAILED: 1, Status.ABORTED: 1, Status.ERROR: 2, Status.SKIPPED: 0}
+# What a skip exits with under --strict, for CI gates that require every scenario to run.
+EXIT_STRICT_SKIP = 2
 EXIT_INTERRUPTED = 130
 # The reason of a run whose fault did not bite starts with this: such a run proves nothing.
 NO_EFFECT = "fault had no observable effect"

@@ -21,6 +21,18 @@ class ConfigError(InferchaosError):
     exit_code = 2
 
 
+class Unsupported(InferchaosError):
+    """The scenario cannot run on this host: it lacks what the fault needs (memory cgroups, a GPU).
+
+    Raised by a fault's plan, before anything is touched. It is not bad input (that is
+    :class:`ConfigError`): the same experiment runs unchanged where the host has the capability.
+    The runner records such a run as ``skipped``, which exits 0; ``--strict`` makes a skip exit
+    2. Uncaught (outside the runner), it exits 2 as well: nothing was injected.
+    """
+
+    exit_code = 2
+
+
 class EnvironmentError_(InferchaosError):
     """The target environment is unreachable, not up, or failed to come up."""
 

@@ -12,3 +12,5 @@ class Status(StrEnum):
     FAILED = "failed"
     ABORTED = "aborted"
     ERROR = "error"
+    # The fault's plan found the host lacks what it needs (errors.Unsupported); nothing ran.
+    SKIPPED = "skipped"

@@ -17,6 +17,7 @@ STATUS_COLOURS: dict[Status, str] = {
     Status.FAILED: "#b91c1c",
     Status.ABORTED: "#b45309",
     Status.ERROR: "#6b21a8",
+    Status.SKIPPED: "#4b5563",
 }
 
 # The page loads nothing: this policy makes a browser refuse (and log) any request a future

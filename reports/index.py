@@ -143,8 +143,11 @@ def _history(runs: Sequence[IndexedRun], scenarios: Sequence[str]) -> Raw:
     for name in scenarios:
         mine = [r for r in runs if r.verdict.experiment == name]
         passed = sum(r.verdict.status is Status.PASSED for r in mine)
+        # A skip is no run of the scenario: counted apart, never as a run that did not pass.
+        skipped = sum(r.verdict.status is Status.SKIPPED for r in mine)
         ttrs = [r.verdict.timing.time_to_recover_s for r in reversed(mine)]
-        rows.append((name, _cells(mine), f"{passed} of {len(mine)}", sparkline(ttrs)))
+        counted = f"{passed} of {len(mine) - skipped}" + (f" ({skipped} skipped)" if skipped else "")
+        rows.append((name, _cells(mine), counted, sparkline(ttrs)))
     return table(["scenario", "runs, newest first", "passed", "time to recover trend (oldest to newest)"], rows,
                  id="history-table")  # fmt: skip
 

@@ -4,7 +4,8 @@ One ``<testsuite>`` named after the experiment; one ``<testcase>`` per SLO (clas
 ``inferchaos.<layer>``, name ``<slo> [<phase>]``), plus "fault had an observable effect" and
 "recovered within N s". A failure message carries the observed value and the threshold.
 Testcases that never ran are ``<skipped>`` in an aborted run and ``<error>`` in an error run,
-so an environment error can never pass as green.
+so an environment error can never pass as green. A skipped run (this host cannot hold the
+scenario: errors.Unsupported) is one ``<skipped>`` testcase whose message is the reason.
 
 A game day's junit.xml holds the same ``<testsuite>`` of each of its runs (:func:`run_suite`)
 under one ``<testsuites>`` (reports/gameday.py).
@@ -49,6 +50,8 @@ class Case:
 def _not_run(run: RunRecord, classname: str, name: str) -> Case:
     """A testcase whose part of the run never happened."""
     status, reason = run.verdict.status, run.verdict.reason
+    if status is Status.SKIPPED:
+        return Case(classname, name, Outcome.SKIPPED, f"run skipped: {reason}")
     if status is Status.ERROR:
         return Case(classname, name, Outcome.ERROR, f"run error: {reason}", "RunError")
     if status is Status.ABORTED:
@@ -121,8 +124,14 @@ def control_case(run: RunRecord) -> Case:
                 detail)  # fmt: skip
 
 
+SKIPPED_CASE = ("inferchaos.run", "run")
+
+
 def run_cases(run: RunRecord) -> list[Case]:
-    """Every testcase of ``run``, SLOs first; a negative control is the one case of whether it failed."""
+    """Every testcase of ``run``, SLOs first; a negative control is the one case of whether it failed;
+    a skipped run is one skipped case saying why it could not run here."""
+    if run.verdict.status is Status.SKIPPED:
+        return [Case(*SKIPPED_CASE, Outcome.SKIPPED, run.verdict.reason)]
     if run.verdict.control is not None:
         # Its SLOs are meant to break: as testcases they would read as failures of the day.
         return [control_case(run)]

@@ -4,7 +4,7 @@ Every series is a gauge named and labelled as Prometheus' conventions ask (units
 a status as one 0/1 gauge per possible value), so a Prometheus that scrapes a Pushgateway, or
 reads the file, can alert on a game day without parsing verdict.json:
 
-- ``inferchaos_run_status{status}``: 1 for the status the run ended with, 0 for the other three.
+- ``inferchaos_run_status{status}``: 1 for the status the run ended with, 0 for each other one.
 - ``inferchaos_slo_ok{slo, layer, phase}``: 1 when the SLO held, 0 when it breached or had no
   data; an SLO whose phase never ran (nothing injected) has no sample rather than a false 0.
 - ``inferchaos_time_to_detect_seconds{fault, layer}`` and

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inferchaos.reports import formatting as fmt
-from inferchaos.reports.load import RunRecord
+from inferchaos.reports.load import RunRecord, Status
 
 
 def _cell(text: str) -> str:
@@ -22,6 +22,8 @@ def _line(text: str) -> str:
 
 
 def _slo_table(run: RunRecord) -> list[str]:
+    if run.verdict.status is Status.SKIPPED:
+        return ["Skipped: this host cannot hold the scenario, so nothing was injected or judged."]
     if not run.verdict.slos:
         return ["No SLO declared."]
     lines = ["| SLO | layer | phase | observed | threshold | result |", "|---|---|---|---:|---|---|"]

@@ -111,9 +111,9 @@ def kill_replica_server(record: ReplicaRecord, env_id: str) -> list[int]:
 
 
 def budget_rss_bytes(budget: MemoryBudget) -> int:
-    """Anonymous memory charged to the budget (page cache left out)."""
+    """Anonymous memory charged to the budget (page cache left out): v1's rss, v2's anon."""
     stats = read_memory_stat(budget)
-    return stats.get("total_rss", stats.get("rss", 0))
+    return stats.get("total_rss", stats.get("rss", stats.get("anon", 0)))
 
 
 def wait_budget_released(budget: MemoryBudget, killed: list[int], timeout_s: float) -> float | None:

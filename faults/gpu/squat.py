@@ -24,7 +24,14 @@ from typing import Any
 
 import psutil
 
-from inferchaos.errors import ConfigError, EnvironmentNotUp, FaultError, InferchaosError, ProbeError
+from inferchaos.errors import (
+    ConfigError,
+    EnvironmentNotUp,
+    FaultError,
+    InferchaosError,
+    ProbeError,
+    Unsupported,
+)
 from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, byte_count, env_name
 from inferchaos.faults.gpu.cuda import cuda_available
 from inferchaos.faults.gpu.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
@@ -176,7 +183,8 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
             )
         usable, why = budgets_available()
         if not usable:
-            raise ConfigError(
+            # The host, not the experiment, is short of something: the run is skipped, not refused.
+            raise Unsupported(
                 f"{NAME}: {device.name} is a local replica's memory budget, and budgets cannot be used here: {why}; "
                 "no cuda:<index> device can stand in either unless this machine has an NVIDIA GPU"
             )
@@ -233,7 +241,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
     def _resolve_cuda(self, env: Any, device: DeviceRef, params: SquatParams) -> SquatTarget:
         usable, why = cuda_available()
         if not usable:
-            raise ConfigError(f"{NAME}: {device.name} cannot be squatted here: {why}")
+            raise Unsupported(f"{NAME}: {device.name} cannot be squatted here: {why}")
         size_info = gpu_size(device.index, self.name)
         size = params.size(size_info.total_bytes)
         # The squatter measures the device with the driver, which may count a little less than NVML.

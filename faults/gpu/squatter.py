@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 
 from inferchaos.errors import FaultError
+from inferchaos.primitives.memory_budget import parse_memory_cgroup
 
 EXIT_FAILED = 3
 # Safety caps: a host squatter never takes more than half the machine, a cuda one never more
@@ -85,16 +86,11 @@ def cuda_ordinal(device: str) -> int:
 
 
 def memory_cgroup_of_self() -> str:
-    """The memory cgroup path of this process (cgroup v1), or '' when there is none."""
+    """The memory cgroup path of this process (cgroup v1 or v2), or '' when there is none."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        return parse_memory_cgroup(Path("/proc/self/cgroup").read_text())
     except OSError:
         return ""
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return path
-    return ""
 
 
 def _rss_bytes() -> int:

@@ -1,5 +1,6 @@
 """Fakes at the device layer's own boundaries: the CUDA driver library (ctypes), the pynvml
-module, a memory budget folder shaped like cgroup v1, and a recorded local environment."""
+module, cgroup trees and memory budgets shaped like cgroup v1 or v2, and a recorded local
+environment."""
 
 from __future__ import annotations
 
@@ -160,18 +161,53 @@ class FakePynvml:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[handle].processes]
 
 
-def write_budget(folder: Path, name: str, limit: int, usage: int, inactive_file: int = 0) -> MemoryBudget:
-    """A memory cgroup folder as cgroup v1 lays it out, with the files the device layer reads."""
+def fake_cgroup_tree(root: Path, version: int) -> Path:
+    """A cgroup filesystem root as cgroup v1 or v2 lays it out, with the memory controller on;
+    the folder replica budgets go in (v1: ``root/memory``; v2: ``root``)."""
+    if version == 1:
+        parent = root / "memory"
+        parent.mkdir(parents=True, exist_ok=True)
+        (parent / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+        (parent / "memory.usage_in_bytes").write_text("0\n")
+    else:
+        parent = root
+        parent.mkdir(parents=True, exist_ok=True)
+        (parent / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        (parent / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    (parent / "cgroup.procs").write_text("")
+    return parent
+
+
+def write_budget(
+    folder: Path,
+    name: str,
+    limit: int,
+    usage: int,
+    inactive_file: int = 0,
+    version: int = 1,
+    oom_kills: int = 0,
+) -> MemoryBudget:
+    """A memory cgroup folder as cgroup v1 (or v2) lays it out, with the files the device layer reads."""
     path = folder / name
     path.mkdir(parents=True, exist_ok=True)
-    (path / "memory.limit_in_bytes").write_text(f"{limit}\n")
-    (path / "memory.usage_in_bytes").write_text(f"{usage}\n")
-    (path / "memory.stat").write_text(
-        f"cache {inactive_file}\nrss {usage - inactive_file}\ntotal_rss {usage - inactive_file}\n"
-        f"total_inactive_file {inactive_file}\ntotal_active_file 0\n"
-    )
+    if version == 1:
+        (path / "memory.limit_in_bytes").write_text(f"{limit}\n")
+        (path / "memory.usage_in_bytes").write_text(f"{usage}\n")
+        (path / "memory.oom_control").write_text(f"oom_kill_disable 0\nunder_oom 0\noom_kill {oom_kills}\n")
+        (path / "memory.stat").write_text(
+            f"cache {inactive_file}\nrss {usage - inactive_file}\ntotal_rss {usage - inactive_file}\n"
+            f"total_inactive_file {inactive_file}\ntotal_active_file 0\n"
+        )
+    else:
+        (path / "memory.max").write_text(f"{limit}\n")
+        (path / "memory.current").write_text(f"{usage}\n")
+        (path / "memory.swap.max").write_text("max\n")
+        (path / "memory.events").write_text(f"low 0\nhigh 0\nmax 3\noom 1\noom_kill {oom_kills}\n")
+        (path / "memory.stat").write_text(
+            f"anon {usage - inactive_file}\nfile {inactive_file}\ninactive_file {inactive_file}\nactive_file 0\n"
+        )
     (path / "cgroup.procs").write_text("")
-    return MemoryBudget(name=name, path=path, limit_bytes=limit)
+    return MemoryBudget(name=name, path=path, limit_bytes=limit, version=version)
 
 
 def replica_record(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.experiments.controls import ControlSpec
 from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.spec import ExperimentSpec, FaultStep
@@ -118,6 +119,46 @@ class FakeEnv:
 
     def connect_ray(self) -> None:
         self.ray_connects += 1
+
+
+@dataclass
+class FakeRecordedState(FakeState):
+    """A recorded local environment's state, as far as `inferchaos gameday` reads it."""
+
+    ready: bool = True
+    config: LocalEnvConfig = field(default_factory=LocalEnvConfig)
+    ray_address: str = "127.0.0.1:6379"
+
+
+class FakeLocalEnvironment:
+    """The CLI's LocalEnvironment, already up: what `run` and `gameday` call on it, touching nothing.
+
+    It offers no replica memory budgets of its own: a squat of ``host:<slot>`` plans against
+    the real cgroup detection (point INFERCHAOS_CGROUP_ROOT at a fake tree or an empty folder).
+    """
+
+    name = "local"
+
+    def __init__(self, config: LocalEnvConfig | None = None, progress: Any = None) -> None:
+        self._env = FakeEnv()
+
+    def status(self) -> EnvStatus:
+        return self._env.status()
+
+    def connect_ray(self) -> None:
+        self._env.connect_ray()
+
+    def is_recorded(self) -> bool:
+        return True
+
+    def load_state(self) -> FakeRecordedState:
+        return FakeRecordedState()
+
+    def up(self) -> EnvStatus:
+        return self.status()
+
+    def down(self) -> list[int]:
+        raise AssertionError("a game day must not take down an environment it did not start")
 
 
 # -- probes ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A host squatter started into a replica's memory budget is charged there and is not the OOM victim.
 
-Needs root and cgroup v1 (as the local environment's budgets do); it makes a small budget of
-its own and removes it.
+Needs what the local environment's budgets need: root and a writable memory cgroup (v1, as
+on this machine, or v2); it makes a small budget of its own and removes it.
 """
 
 from __future__ import annotations

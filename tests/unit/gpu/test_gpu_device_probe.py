@@ -10,7 +10,7 @@ from inferchaos.primitives import memory_budget, nvml
 from inferchaos.primitives.nvml import Nvml, NvmlError, nvml_available
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.device import DeviceProbe, device_probe_for
-from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml, write_budget
+from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml, fake_cgroup_tree, write_budget
 
 
 def _by_name(samples: list[Sample]) -> dict[tuple[str, str], float]:
@@ -37,8 +37,14 @@ async def test_gpus_are_read_through_nvml_per_device() -> None:
 async def test_without_a_gpu_the_replica_budgets_are_the_devices(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_pynvml: None
 ) -> None:
-    monkeypatch.setattr(memory_budget, "CGROUP_V1_MEMORY", tmp_path)
-    write_budget(tmp_path, "inferchaos-abc123-replica-0", 2 * GIB, usage=GIB + 300, inactive_file=300)
+    monkeypatch.setenv(memory_budget.CGROUP_ROOT_ENV, str(tmp_path))
+    write_budget(
+        fake_cgroup_tree(tmp_path, 1),
+        "inferchaos-abc123-replica-0",
+        2 * GIB,
+        usage=GIB + 300,
+        inactive_file=300,
+    )
     samples = _by_name(await DeviceProbe("abc123", slots=(0, 1)).read())
     # Inactive page cache is reclaimable: it does not count as taken.
     assert samples[("device.used_bytes", "device=host:0")] == GIB
@@ -51,9 +57,10 @@ async def test_without_a_gpu_the_replica_budgets_are_the_devices(
 async def test_the_probe_for_a_local_environment_reads_its_replica_budgets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_pynvml: None, fake_env: FakeLocalEnv
 ) -> None:
-    monkeypatch.setattr(memory_budget, "CGROUP_V1_MEMORY", tmp_path)
+    monkeypatch.setenv(memory_budget.CGROUP_ROOT_ENV, str(tmp_path))
+    parent = fake_cgroup_tree(tmp_path, 2)
     for slot in (0, 1):
-        write_budget(tmp_path, f"inferchaos-abc123-replica-{slot}", 2 * GIB, usage=GIB)
+        write_budget(parent, f"inferchaos-abc123-replica-{slot}", version=2, limit=2 * GIB, usage=GIB)
     samples = _by_name(await device_probe_for(fake_env).read())
     assert samples[("device.available", "device=host:0")] == 1.0
     assert samples[("device.free_bytes", "device=host:1")] == GIB

@@ -8,9 +8,10 @@ from typing import Any
 import psutil
 import pytest
 
-from inferchaos.errors import ConfigError
+from inferchaos.errors import ConfigError, Unsupported
 from inferchaos.faults.gpu import devices, squat
 from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.primitives import memory_budget
 from inferchaos.primitives.memory_budget import MemoryBudget
 from inferchaos.primitives.nvml import Nvml
 from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml, replica_record, write_budget
@@ -54,14 +55,24 @@ def _plan(env: Any, **params: Any) -> Any:
     return SquatDeviceMemory().plan(env, params)
 
 
-def test_no_budgets_and_no_driver_refuses_with_each_reason(
+def test_no_budgets_and_no_driver_is_unsupported_here_with_each_reason(
     fake_env: FakeLocalEnv, monkeypatch: pytest.MonkeyPatch, no_cuda: None
 ) -> None:
     monkeypatch.setattr(squat, "budgets_available", lambda: (False, "memory cgroups need root"))
-    with pytest.raises(ConfigError, match="budgets cannot be used here: memory cgroups need root"):
+    # Unsupported, not ConfigError: the experiment is fine, this host lacks what it needs.
+    with pytest.raises(Unsupported, match="budgets cannot be used here: memory cgroups need root"):
         _plan(fake_env, device="host:1", fraction=0.75)
-    with pytest.raises(ConfigError, match=r"cuda:0 cannot be squatted here: no CUDA driver \(libcuda.so.1\)"):
+    with pytest.raises(Unsupported, match=r"cuda:0 cannot be squatted here: no CUDA driver \(libcuda.so.1\)"):
         _plan(fake_env, device="cuda:0", fraction=0.25)
+    assert not issubclass(Unsupported, ConfigError)
+
+
+def test_a_host_without_cgroups_is_unsupported_naming_the_root(
+    fake_env: FakeLocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(memory_budget.CGROUP_ROOT_ENV, str(tmp_path))
+    with pytest.raises(Unsupported, match=f"no cgroup memory controller under {tmp_path}"):
+        _plan(fake_env, device="host:1", fraction=0.75)
 
 
 def test_host_plan_lists_the_budget_the_replica_and_its_process_group(

@@ -16,7 +16,7 @@ from inferchaos.reports.openmetrics import openmetrics_text
 from inferchaos.reports.render import render_run
 from tests.fakes.report_runs import copy_run, read_json
 
-STATUSES = ("passed", "failed", "aborted", "error")
+STATUSES = ("passed", "failed", "aborted", "error", "skipped")
 Labels = frozenset[tuple[str, str]]
 
 

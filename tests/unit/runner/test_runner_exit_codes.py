@@ -1,4 +1,4 @@
-"""Exit codes (README "Game days and experiments"): 0 passed; 1 failed or aborted; 2 invalid input or environment error; 130 interrupted."""
+"""Exit codes (README "Game days and experiments"): 0 passed (or skipped); 1 failed or aborted; 2 invalid input or environment error; 130 interrupted."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def _verdict(status: Status, reason: str) -> Verdict:
 
 
 @pytest.mark.parametrize(
-    ("status", "code"), [(Status.PASSED, 0), (Status.FAILED, 1), (Status.ABORTED, 1), (Status.ERROR, 2)]
+    ("status", "code"),
+    [(Status.PASSED, 0), (Status.FAILED, 1), (Status.ABORTED, 1), (Status.ERROR, 2), (Status.SKIPPED, 0)],
 )
 def test_exit_code_table(status: Status, code: int) -> None:
     assert _verdict(status, "").exit_code == code

@@ -221,4 +221,4 @@ def test_a_push_replaces_the_experiments_group(pushgateway: str, capsys: pytest.
         for (name, labels), value in found.items()
         if name == "inferchaos_run_status"
     }
-    assert status == {"passed": 1.0, "failed": 0.0, "aborted": 0.0, "error": 0.0}
+    assert status == {"passed": 1.0, "failed": 0.0, "aborted": 0.0, "error": 0.0, "skipped": 0.0}
