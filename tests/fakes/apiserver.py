@@ -469,9 +469,12 @@ class FakeApiServer:
         content_type: str,
         body: Any,
     ) -> tuple[Any, int]:
-        if path == "/version":
+        if path in ("/version", "/version/"):  # the client asks for /version/, as kube-apiserver serves both
             major, minor = cluster.kube_version.split(".")
+            # Every field of version.Info, as kube-apiserver 1.31 answers (the client's model requires them).
             return {"major": major, "minor": minor, "gitVersion": f"v{cluster.kube_version}.0",
+                    "gitCommit": "9edcffcde5595e8a5b1a35f88c421764e575afce", "gitTreeState": "clean",
+                    "buildDate": "2024-08-13T07:28:49Z", "goVersion": "go1.22.5", "compiler": "gc",
                     "platform": "linux/amd64"}, 200  # fmt: skip
         if path == ACCESS_REVIEWS and method == "POST":
             return self._review(cluster, body)
