@@ -15,6 +15,7 @@ from click.core import ParameterSource
 from click.decorators import FC
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
@@ -221,7 +222,9 @@ def _print_preflight(report: PreflightReport) -> None:
     table.add_column("what")
     table.add_column("state")
     for item in report.items:
-        table.add_row(item.layer, item.what, item.detail if item.present else f"MISSING: {item.detail}")
+        # Text, not markup: a detail quotes the API's own words, brackets and all.
+        state = Text(item.detail) if item.present else Text.assemble(("MISSING: ", "bold red"), item.detail)
+        table.add_row(item.layer, item.what, state)
     console.print(table)
 
 
