@@ -27,7 +27,12 @@ from inferchaos.errors import ConfigError, FaultError, InferchaosError
 from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
-from inferchaos.experiments.preflight import PreflightReport, run_preflight
+from inferchaos.experiments.preflight import (
+    PreflightFailed,
+    PreflightReport,
+    ensure_preflight_passes,
+    run_preflight,
+)
 from inferchaos.experiments.probes import build_probes
 from inferchaos.experiments.progress import Progress
 from inferchaos.experiments.runner import (
@@ -249,11 +254,12 @@ def _ensure_preflight(environment: K8sEnvironment, faults: Sequence[str]) -> Non
     There is no flag to skip it: it only reads, it takes seconds, and what it finds missing
     would fail the run later, after a fault had already been injected.
     """
-    report = run_preflight(environment, faults)
-    if not report.ok:
-        _echo_missing(report)
+    try:
+        report = ensure_preflight_passes(environment, faults)
+    except PreflightFailed as e:
+        _echo_missing(e.report)
         environment.close()
-        sys.exit(2)
+        sys.exit(e.exit_code)
     console.print(report.summary(), highlight=False)
 
 

@@ -114,7 +114,7 @@ def run_preflight(
     items += _ray(env, timeout_s)
     if kube.present:
         items += _replicas(env, timeout_s)
-    items.append(_front_door(env, timeout_s))
+    items.append(_front_door(env))
     report = PreflightReport(env.name, tuple(items))
     logger.info("%s", report.summary())
     return report
@@ -299,11 +299,11 @@ def _metrics(client: httpx.Client, replica: str, url: str) -> PreflightItem:
     return PreflightItem("vllm", what, True, detail)
 
 
-def _front_door(env: K8sEnvironment, timeout_s: float) -> PreflightItem:
+def _front_door(env: K8sEnvironment) -> PreflightItem:
     vllm = env.config.vllm
-    # What the canary sends, once, and only its first token.
-    canary = CanaryConfig(base_url=vllm.service_url.rstrip("/"), model=vllm.model, max_tokens=1,
-                          request_timeout_s=timeout_s)  # fmt: skip
+    # What the canary sends, with its timeout, once and for its first token only: a big model
+    # on a busy cluster may take longer to start a stream than the other checks wait.
+    canary = CanaryConfig(base_url=vllm.service_url.rstrip("/"), model=vllm.model, max_tokens=1)
     what = f"{canary.base_url} ({vllm.model})"
     result = stream_completion(canary.base_url, canary.model, canary.prompt, canary.max_tokens,
                                canary.request_timeout_s)  # fmt: skip

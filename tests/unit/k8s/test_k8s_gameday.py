@@ -52,7 +52,7 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("inferchaos.experiments.cli.build_probes", probes)
     # Ray and vLLM do not answer over HTTP here, so the preflight (test_k8s_preflight.py runs it
     # against every layer) is taken as passed; what it was asked to check is kept.
-    monkeypatch.setattr("inferchaos.experiments.cli.run_preflight", _passed_preflight)
+    monkeypatch.setattr("inferchaos.experiments.cli.ensure_preflight_passes", _passed_preflight)
 
 
 PREFLIGHT_FAULTS: list[list[str]] = []
