@@ -536,9 +536,9 @@ def run_cmd(
     Writes journal.json, timeline.csv, verdict.json (and the reports: report.html, junit.xml,
     summary.md, openmetrics.txt) into a run folder.
     Exit codes: 0 every SLO held and the system recovered; 1 an SLO breached, no recovery in
-    time, the fault never bit, or the run aborted; 2 invalid input or environment error
-    (on kind/cluster also when `inferchaos env check`, run before planning, finds something missing)
-    (nothing injected); 130 interrupted (after rollback).
+    time, the fault never bit, or the run aborted; 2 invalid input or environment error,
+    nothing injected (on kind/cluster also when `inferchaos env check`, run before planning,
+    finds something missing); 130 interrupted (after rollback).
 
     EXPERIMENT may also be a negative control (experiments/controls/*.yaml): the scenario it
     names runs against a platform the control breaks, and is expected to FAIL (exit 1); the
