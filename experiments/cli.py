@@ -15,6 +15,7 @@ from click.core import ParameterSource
 from click.decorators import FC
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
@@ -26,6 +27,12 @@ from inferchaos.errors import ConfigError, FaultError, InferchaosError, Unsuppor
 from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
+from inferchaos.experiments.preflight import (
+    PreflightFailed,
+    PreflightReport,
+    ensure_preflight_passes,
+    run_preflight,
+)
 from inferchaos.experiments.probes import build_probes
 from inferchaos.experiments.progress import Progress
 from inferchaos.experiments.runner import (
@@ -213,6 +220,49 @@ def _print_status(status: EnvStatus) -> None:
     console.print(table)
 
 
+def _print_preflight(report: PreflightReport) -> None:
+    table = Table(title=f"inferchaos env check: {report.env} "
+                        f"({'ready' if report.ok else f'{len(report.missing)} MISSING'})")  # fmt: skip
+    table.add_column("layer")
+    table.add_column("what")
+    table.add_column("state")
+    for item in report.items:
+        # Text, not markup: a detail quotes the API's own words, brackets and all.
+        state = Text(item.detail) if item.present else Text.assemble(("MISSING: ", "bold red"), item.detail)
+        table.add_row(item.layer, item.what, state)
+    console.print(table)
+
+
+def _echo_missing(report: PreflightReport) -> None:
+    """Each missing item on a line of its own, then the summary line, on stderr."""
+    for item in report.missing:
+        click.echo(f"inferchaos: missing: {item.line()}", err=True)
+    click.echo(f"inferchaos: {report.summary()}", err=True)
+
+
+def _faults_of(specs: Sequence[ExperimentSpec], controls: Sequence[ControlSpec] = ()) -> list[str]:
+    """Every fault the experiments inject, and the controls (their scenario's and their sabotage)."""
+    names = [spec.fault.fault for spec in specs]
+    for control in controls:
+        names += [control.scenario.fault.fault, *(step.fault for step in control.sabotage)]
+    return names
+
+
+def _ensure_preflight(environment: K8sEnvironment, faults: Sequence[str]) -> None:
+    """Run the preflight before anything is planned; exit 2 with the missing items when it fails.
+
+    There is no flag to skip it: it only reads, it takes seconds, and what it finds missing
+    would fail the run later, after a fault had already been injected.
+    """
+    try:
+        report = ensure_preflight_passes(environment, faults)
+    except PreflightFailed as e:
+        _echo_missing(e.report)
+        environment.close()
+        sys.exit(e.exit_code)
+    console.print(report.summary(), highlight=False)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Log what inferchaos does, step by step.")
 def cli(verbose: bool) -> None:
@@ -266,6 +316,49 @@ def env_status(env_name: str, config_file: Path | None, as_json: bool) -> None:
         click.echo(json.dumps(status.to_dict(), indent=2))
     else:
         _print_status(status)
+
+
+@env.command("check")
+@ENV_OPTION
+@CONFIG_OPTION
+@click.option(
+    "--suite", default=None,
+    help=f"Check only the kube accesses this suite's faults make ({', '.join(sorted(SUITES))} or a folder "
+         "of experiment files), as `gameday --suite` does; default: every fault's.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the report as machine-readable JSON.")
+def env_check(env_name: str, config_file: Path | None, suite: str | None, as_json: bool) -> None:
+    """Check that everything inferchaos needs from a kind or cluster environment is there; change nothing.
+
+    One line per need: the kube API; RBAC for every access the Kubernetes faults, the k8s
+    probe and the driver make (a SelfSubjectAccessReview each, naming who needs it); KubeRay's
+    CRDs and the version they serve; the Ray dashboard (its Ray version, which must match this
+    host's, and a state API list); each vLLM replica's /metrics (today's names or the older
+    ones vLLM renamed); one streamed completion through the front door.
+
+    Exit codes: 0 everything is there; 2 something is missing (each missing item on a line of
+    its own on stderr, then a summary line) or the config is invalid. `run` and `gameday` on
+    kind and cluster run the same check before planning and stop with exit 2 when it fails.
+    `--env local` only says that `inferchaos env status` checks the local environment.
+    """
+    if env_name not in K8S_ENVS:
+        click.echo(
+            "the local environment is checked by `inferchaos env status` (and `env up` checks every part)"
+        )
+        return
+    environment = _k8s_env(env_name, config_file)
+    faults = _faults_of([load_and_validate(path) for path in suite_paths(suite)]) if suite else None
+    try:
+        report = run_preflight(environment, faults)
+    finally:
+        environment.close()
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_preflight(report)
+    if not report.ok:
+        _echo_missing(report)
+        sys.exit(2)
 
 
 @env.command("down")
@@ -466,8 +559,9 @@ def run_cmd(
     Writes journal.json, timeline.csv, verdict.json (and the reports: report.html, junit.xml,
     summary.md, openmetrics.txt) into a run folder.
     Exit codes: 0 every SLO held and the system recovered; 1 an SLO breached, no recovery in
-    time, the fault never bit, or the run aborted; 2 invalid input or environment error
-    (nothing injected); 130 interrupted (after rollback).
+    time, the fault never bit, or the run aborted; 2 invalid input or environment error,
+    nothing injected (on kind/cluster also when `inferchaos env check`, run before planning,
+    finds something missing); 130 interrupted (after rollback).
 
     A scenario this host cannot hold (gpu_memory_squat without replica memory budgets or a GPU)
     is skipped, not failed: it prints "skipped: <reason>", writes a run folder whose verdict is
@@ -490,6 +584,8 @@ def run_cmd(
             allow = load_env_config(config_file, env_name).allow
     if spec.env != env_name:
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
+    if isinstance(environment, K8sEnvironment):
+        _ensure_preflight(environment, _faults_of([spec], [control] if control else []))
     sys.exit(_run_one(spec, environment, out_dir, interval, dry_run, allow, load, control,
                       pushgateway=pushgateway, strict=strict)[0])  # fmt: skip
 
@@ -706,7 +802,9 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
 
     local: the environment is brought up once; one already up is reused and left up, one started
     here is taken down at the end unless --keep-up. kind and cluster need --config (the
-    allow-list) and must already be up: gameday only checks that they answer. kind's lifecycle
+    allow-list) and must already be up: before planning, gameday runs `inferchaos env check`
+    for the suite's faults and stops with exit 2 and the missing items if anything is missing
+    (there is no flag to skip it: it only reads). kind's lifecycle
     (`inferchaos env up/down --env kind`) stays a separate step, so that `inferchaos cleanup`
     can run between the game day and tearing the cluster down; a real cluster is never brought
     up or down.
@@ -722,6 +820,7 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
     ensure_suite_matches_env(suite_name, specs, env_name)
     controls = [load_control(path) for path in controls_of(paths)] if with_controls else []
     if k8s_environment is not None:
+        _ensure_preflight(k8s_environment, _faults_of(specs, controls))
         allow = _k8s_run_allow(k8s_environment)
         try:
             planned = _plan_suite(specs, k8s_environment, allow, controls)

@@ -13,6 +13,9 @@ from inferchaos.errors import ProbeError
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
+# vLLM renames metrics between versions; each older name still reads as today's. Before v1,
+# the KV cache's fill was ``vllm:gpu_cache_usage_perc`` (the same 0-1 fraction).
+OLDER_NAMES: Mapping[str, tuple[str, ...]] = {KV_USAGE: ("vllm:gpu_cache_usage_perc",)}
 PREEMPTIONS = "vllm:num_preemptions_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
@@ -25,9 +28,14 @@ CACHE_CONFIG = "vllm:cache_config_info"
 # every replica is parsed on the sampler's event loop once per tick.
 READ_FAMILIES = frozenset(
     {RUNNING, WAITING, KV_USAGE, "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
-     TTFT, ITL, E2E, CACHE_CONFIG}
+     TTFT, ITL, E2E, CACHE_CONFIG, *(old for olds in OLDER_NAMES.values() for old in olds)}
 )  # fmt: skip
 _SAMPLE_SUFFIXES = ("_bucket", "_count", "_sum", "_total")  # _created is a family of its own
+# The samples parse_metrics cannot do without (a histogram by its buckets), by today's name.
+NEEDED_SAMPLES: tuple[str, ...] = (
+    RUNNING, WAITING, KV_USAGE, PREEMPTIONS, PROMPT_TOKENS, GENERATION_TOKENS,
+    f"{TTFT}_bucket", f"{ITL}_bucket", f"{E2E}_bucket",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -140,15 +148,59 @@ def _samples_by_name(text: str) -> dict[str, list[tuple[Mapping[str, str], float
     return by_name
 
 
+def names_of(name: str) -> tuple[str, ...]:
+    """``name`` and the older names vLLM exposed the same metric under, newest first."""
+    return (name, *OLDER_NAMES.get(name, ()))
+
+
+def _exposed_name(by_name: Mapping[str, object], name: str) -> str | None:
+    return next((n for n in names_of(name) if n in by_name), None)
+
+
 def _required(by_name: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> list[float]:
-    if name not in by_name:
-        raise ProbeError(f"/metrics has no {name}: not a vLLM v1 replica?")
-    return [value for _, value in by_name[name]]
+    exposed = _exposed_name(by_name, name)
+    if exposed is None:
+        older = OLDER_NAMES.get(name)
+        nor = f" (nor {', '.join(older)})" if older else ""
+        raise ProbeError(f"/metrics has no {name}{nor}: not a vLLM v1 replica?")
+    return [value for _, value in by_name[exposed]]
+
+
+@dataclass(frozen=True)
+class ExposedNames:
+    """Under which name a replica exposes each of :data:`NEEDED_SAMPLES`."""
+
+    # Today's name -> the name found (today's or an older one); None when neither is there.
+    names: Mapping[str, str | None]
+
+    @property
+    def missing(self) -> list[str]:
+        """Needed samples exposed under no name parse_metrics reads."""
+        return [name for name, found in self.names.items() if found is None]
+
+    @property
+    def renamed(self) -> dict[str, str]:
+        """Needed samples found under an older name: today's name -> the older one."""
+        return {name: found for name, found in self.names.items() if found not in (None, name)}
+
+
+def exposed_names(text: str) -> ExposedNames:
+    """Which of the samples parse_metrics needs ``text`` carries, and under which names.
+
+    A preflight reads this rather than parse_metrics' first complaint, so that it can say
+    everything that is missing at once. ProbeError when ``text`` is not text exposition.
+    """
+    try:
+        by_name = _samples_by_name(text)
+    except ValueError as e:
+        raise ProbeError(f"/metrics is not Prometheus text exposition: {e}") from e
+    return ExposedNames({name: _exposed_name(by_name, name) for name in NEEDED_SAMPLES})
 
 
 def _histogram(by_name: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> Histogram:
     totals: dict[float, float] = {}
-    for labels, value in by_name.get(f"{name}_bucket", []):
+    exposed = _exposed_name(by_name, f"{name}_bucket") or f"{name}_bucket"
+    for labels, value in by_name.get(exposed, []):
         le = float(labels["le"])
         totals[le] = totals.get(le, 0.0) + value
     if not totals:

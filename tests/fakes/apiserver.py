@@ -3,7 +3,9 @@
 The real ``kubernetes`` client talks to it over loopback, so everything the code sends is
 what a real API server would receive. It serves the endpoints the Kubernetes layer uses with
 real JSON shapes (nodes and their status, Pods and evictions, events, Deployments, Secrets, KubeRay
-RayClusters), keeps state so a write shows up on the next read, and applies the semantics the
+RayClusters, CustomResourceDefinitions), keeps state so a write shows up on the next read, answers
+SelfSubjectAccessReviews from a deny-list (everything else is allowed, as kind's admin is), and
+applies the semantics the
 code relies on: label and field selectors, JSON Patch, merge patches (strategic merge is
 approximated by JSON merge patch, which is exact for the fields patched here), the
 resourceVersion precondition of a patch, the uid precondition of a delete, PodDisruptionBudget
@@ -56,8 +58,17 @@ RESOURCES = {
         Resource("secrets", "Secret", "v1", namespaced=True, validated=True, has_status=False),
         Resource("deployments", "Deployment", "apps/v1", namespaced=True, validated=True, has_status=True),
         Resource("rayclusters", "RayCluster", "ray.io/v1", namespaced=True, validated=False, has_status=True),
+        Resource(
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            "apiextensions.k8s.io/v1",
+            namespaced=False,
+            validated=True,
+            has_status=True,
+        ),  # fmt: skip
     )
 }
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 # Field selectors the real API server supports for these resources (others answer 400).
@@ -77,6 +88,7 @@ FIELD_LABELS = {
     "deployments": {"metadata.name", "metadata.namespace"},
     "secrets": {"metadata.name", "metadata.namespace", "type"},
     "rayclusters": {"metadata.name", "metadata.namespace"},
+    "customresourcedefinitions": {"metadata.name"},
 }
 
 
@@ -151,8 +163,11 @@ class FakeCluster:
     blocked_evictions: set[tuple[str, str]] = field(default_factory=set)
     # Plurals whose next PATCH finds the object changed underneath (as a controller would).
     conflict_next_patch: dict[str, int] = field(default_factory=dict)
-    # Plurals whose CRD is not installed: their endpoints answer 404.
+    # Plurals whose CRD is not installed: their endpoints answer 404, and so does a read of the CRD.
     missing_crds: set[str] = field(default_factory=set)
+    # SelfSubjectAccessReviews denied: each entry is part of a review's resourceAttributes
+    # (``{"verb": "patch", "resource": "nodes"}``); a review that matches every key of one is denied.
+    denied_access: list[dict[str, str]] = field(default_factory=list)
     # Called with each mutating request before it is served, e.g. to look at the ledger then.
     observers: list[Callable[[RecordedRequest], None]] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -454,10 +469,15 @@ class FakeApiServer:
         content_type: str,
         body: Any,
     ) -> tuple[Any, int]:
-        if path == "/version":
+        if path in ("/version", "/version/"):  # the client asks for /version/, as kube-apiserver serves both
             major, minor = cluster.kube_version.split(".")
+            # Every field of version.Info, as kube-apiserver 1.31 answers (the client's model requires them).
             return {"major": major, "minor": minor, "gitVersion": f"v{cluster.kube_version}.0",
+                    "gitCommit": "9edcffcde5595e8a5b1a35f88c421764e575afce", "gitTreeState": "clean",
+                    "buildDate": "2024-08-13T07:28:49Z", "goVersion": "go1.22.5", "compiler": "gc",
                     "platform": "linux/amd64"}, 200  # fmt: skip
+        if path == ACCESS_REVIEWS and method == "POST":
+            return self._review(cluster, body)
         m = re.match(
             r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
             r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$",
@@ -531,6 +551,9 @@ class FakeApiServer:
     def _read(self, cluster: FakeCluster, resource: Resource, ns: str, name: str | None, sub: str | None,
               query: dict[str, str], content_type: str, body: Any) -> tuple[Any, int]:  # fmt: skip
         assert name is not None
+        if resource.plural == "customresourcedefinitions" and name.split(".", 1)[0] in cluster.missing_crds:
+            raise ApiError(404, "NotFound", f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found',
+                           {"name": name, "group": "apiextensions.k8s.io", "kind": "customresourcedefinitions"})  # fmt: skip
         return copy.deepcopy(self._existing(cluster, resource, ns, name)), 200
 
     def _check_schema(self, cluster: FakeCluster, method: str, path: str, obj: dict[str, Any]) -> None:
@@ -652,6 +675,28 @@ class FakeApiServer:
                                         "message": "The disruption budget vllm needs 2 healthy pods and has 2 currently"}]})  # fmt: skip
         del cluster.objects["pods"][(ns, name)]
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201
+
+    def _review(self, cluster: FakeCluster, body: Any) -> tuple[Any, int]:
+        """A SelfSubjectAccessReview, answered as the RBAC authorizer does (no reason when denied)."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body of a review must be an object")
+        # As for any create, an object without apiVersion and kind is taken as the endpoint's.
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", **body}
+        if (body["apiVersion"], body["kind"]) != ("authorization.k8s.io/v1", "SelfSubjectAccessReview"):
+            raise ApiError(400, "BadRequest", "expected an authorization.k8s.io/v1 SelfSubjectAccessReview")
+        self._check_schema(cluster, "POST", ACCESS_REVIEWS, body)
+        attributes = (body.get("spec") or {}).get("resourceAttributes")
+        if not isinstance(attributes, dict):
+            raise ApiError(
+                422, "Invalid", "spec.resourceAttributes: Required value (the fake reviews resources only)"
+            )
+        denied = any(
+            all(attributes.get(k, "") == v for k, v in entry.items()) for entry in cluster.denied_access
+        )
+        status = {"allowed": False} if denied else {
+            "allowed": True, "reason": 'RBAC: allowed by ClusterRoleBinding "kubeadm:cluster-admins" of ClusterRole '
+                                       '"cluster-admin" to Group "kubeadm:cluster-admins"'}  # fmt: skip
+        return {**copy.deepcopy(body), "metadata": {"creationTimestamp": None}, "status": status}, 201
 
 
 def _json(payload: Any, code: int) -> web.Response:

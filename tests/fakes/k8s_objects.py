@@ -294,6 +294,33 @@ VLLM_NODE_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExe
     "nodeSelectorTerms": [{"matchExpressions": [{"key": "inferchaos.io/pool", "operator": "In", "values": ["gpu"]}]}]}}}  # fmt: skip
 
 
+def raycluster_crd(versions: tuple[tuple[str, bool, bool], ...] = (("v1", True, True),)) -> dict[str, Any]:
+    """KubeRay's RayCluster CRD as the API server stores it; ``versions`` are (name, served, storage).
+
+    Its schema is cut down to the one line that keeps it valid: the real one is 20,000 lines of
+    the Pod template, none of which a reader of the CRD's versions looks at.
+    """
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "rayclusters.ray.io", "annotations": {"controller-gen.kubebuilder.io/version": "v0.16.4"}},
+        "spec": {
+            "group": "ray.io",
+            "names": {"kind": "RayCluster", "listKind": "RayClusterList", "plural": "rayclusters", "singular": "raycluster"},
+            "scope": "Namespaced",
+            "versions": [{"name": name, "served": served, "storage": storage,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                          "subresources": {"status": {}}} for name, served, storage in versions],
+        },
+        "status": {
+            "acceptedNames": {"kind": "RayCluster", "listKind": "RayClusterList", "plural": "rayclusters", "singular": "raycluster"},
+            "storedVersions": [name for name, _, storage in versions if storage],
+            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                            "message": "the initial names have been accepted", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        },
+    }  # fmt: skip
+
+
 def kind_cluster(cluster: FakeCluster) -> FakeCluster:
     """Seed ``cluster`` with the kind environment of environments/kind."""
     cluster.namespaces.add(NS)
@@ -319,6 +346,7 @@ def kind_cluster(cluster: FakeCluster) -> FakeCluster:
                     owner=("Node", CONTROL_PLANE), annotations={"kubernetes.io/config.mirror": "9a8b7c"}))  # fmt: skip
     cluster.add(deployment("vllm", affinity=VLLM_NODE_AFFINITY))
     cluster.add(deployment("router", replicas=2, ready=2))
+    cluster.add(raycluster_crd())
     cluster.add(raycluster("raycluster-inferchaos", ready_workers=2, desired_workers=3))
     return cluster
 

@@ -27,7 +27,7 @@ from inferchaos.primitives.env_status import EnvStatus
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.control_plane import FakeControlPlane, with_default_tolerations
 from tests.fakes.k8s_doubles import RUNTIME_SCRIPT, FakeRuntime
-from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, NS, WORKERS, node, pod
+from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, NS, WORKERS, node, pod, raycluster_crd
 from tests.fakes.runner import FakeEnv
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -91,6 +91,7 @@ def seed_kind_environment(
     cluster.add(ray_worker)
     cluster.add(_deployment(template))
     cluster.add(token_secret(token))
+    cluster.add(raycluster_crd())  # KubeRay, as up.sh installs it
     return cluster
 
 

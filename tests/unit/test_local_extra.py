@@ -89,6 +89,7 @@ def test_the_package_imports_without_looking_for_the_extra(tmp_path: Path) -> No
         (["--help"], "chaos and fault injection"),
         (["env", "up", "--env", "local", "--help"], "--kv-cache-tokens"),
         (["gameday", "--env", "kind", "--help"], "--suite"),
+        (["env", "check", "--help"], "SelfSubjectAccessReview"),
     ],
 )
 def test_help_needs_no_extra(tmp_path: Path, args: list[str], expected: str) -> None:

@@ -8,7 +8,15 @@ import urllib.error
 import urllib.request
 
 import pytest
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import (
+    ApiClient,
+    ApiextensionsV1Api,
+    AuthorizationV1Api,
+    CoreV1Api,
+    V1ResourceAttributes,
+    V1SelfSubjectAccessReview,
+    V1SelfSubjectAccessReviewSpec,
+)
 from kubernetes.client.exceptions import ApiException
 
 from tests.fakes.apiserver import ApiError, FakeApiServer, FakeCluster, label_selector_matches
@@ -78,3 +86,35 @@ def test_an_unsupported_field_selector_is_a_bad_request(api_client: ApiClient, c
     assert refused.value.status == 400
     with pytest.raises(ApiError):
         label_selector_matches("app in vllm", {})
+
+
+def _review(api_client: ApiClient, verb: str, resource: str, namespace: str = "") -> bool:
+    spec = V1SelfSubjectAccessReviewSpec(
+        resource_attributes=V1ResourceAttributes(verb=verb, resource=resource, namespace=namespace or None)
+    )
+    answer = AuthorizationV1Api(api_client).create_self_subject_access_review(
+        V1SelfSubjectAccessReview(spec=spec)
+    )
+    assert answer.status is not None
+    return bool(answer.status.allowed)
+
+
+def test_access_reviews_are_allowed_unless_denied_and_read_as_the_clients_model(
+    api_client: ApiClient, cluster: FakeCluster
+) -> None:
+    cluster.denied_access.append({"verb": "patch", "resource": "nodes"})
+    assert _review(api_client, "list", "nodes") and _review(api_client, "patch", "pods", NS)
+    assert not _review(api_client, "patch", "nodes")
+    (sent,) = [r.body for r in cluster.requests if r.path.endswith("/selfsubjectaccessreviews")][-1:]
+    assert sent["spec"]["resourceAttributes"] == {"verb": "patch", "resource": "nodes"}
+
+
+def test_the_raycluster_crd_reads_as_the_clients_model_and_is_gone_with_kuberay(
+    api_client: ApiClient, cluster: FakeCluster
+) -> None:
+    crd = ApiextensionsV1Api(api_client).read_custom_resource_definition("rayclusters.ray.io")
+    assert [(v.name, v.served, v.storage) for v in crd.spec.versions] == [("v1", True, True)]
+    cluster.missing_crds.add("rayclusters")
+    with pytest.raises(ApiException) as gone:
+        ApiextensionsV1Api(api_client).read_custom_resource_definition("rayclusters.ray.io")
+    assert gone.value.status == 404

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from inferchaos.experiments.cli import main
+from inferchaos.experiments.preflight import PreflightReport
 from inferchaos.experiments.probes import k8s_probe_of
 from inferchaos.experiments.suites import SUITES
 from inferchaos.faults.ledger import Ledger
@@ -49,6 +50,17 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr("inferchaos.experiments.cli.K8sEnvironment", ClusterWithFakeRay)
     monkeypatch.setattr("inferchaos.experiments.cli.build_probes", probes)
+    # Ray and vLLM do not answer over HTTP here, so the preflight (test_k8s_preflight.py runs it
+    # against every layer) is taken as passed; what it was asked to check is kept.
+    monkeypatch.setattr("inferchaos.experiments.cli.ensure_preflight_passes", _passed_preflight)
+
+
+PREFLIGHT_FAULTS: list[list[str]] = []
+
+
+def _passed_preflight(environment: Any, faults: Any = None) -> PreflightReport:
+    PREFLIGHT_FAULTS.append(list(faults or []))
+    return PreflightReport(environment.name, ())
 
 
 @pytest.fixture
@@ -155,6 +167,7 @@ def test_dry_run_prints_every_plan_and_touches_nothing(
     before = k8s_state(quiet_cluster)
     suite = _cluster_copies(tmp_path / "suite")
     out = tmp_path / "reports"
+    PREFLIGHT_FAULTS.clear()
     argv = [
         "gameday",
         "--env",
@@ -173,6 +186,13 @@ def test_dry_run_prints_every_plan_and_touches_nothing(
         assert f"experiment: {name}" in printed
     assert printed.count("would touch:") == len(K8S_SUITE)
     assert "dry run: 3 experiment(s) planned, nothing touched" in printed
+    # The preflight ran first, for exactly the suite's faults.
+    (asked,) = PREFLIGHT_FAULTS
+    assert sorted(asked) == [
+        "k8s.force_anti_affinity_deadlock",
+        "k8s.squat_gpu_ledger",
+        "k8s.stop_node_container",
+    ]
     assert quiet_cluster.mutating_requests() == []
     assert k8s_state(quiet_cluster) == before
     assert Ledger().entries() == []

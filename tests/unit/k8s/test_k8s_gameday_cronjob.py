@@ -14,7 +14,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.experiments.cli import cli
+from inferchaos.experiments.kube_access import needed_access
+from inferchaos.faults.registry import fault_names
+from inferchaos.primitives.kube.access import KubeAccess
 from tests.fakes.k8s_models import as_manifest, as_model, manifest_documents, model_name
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -109,3 +113,28 @@ def test_rbac_covers_the_example_config() -> None:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
         ]
+
+
+def _grants(rules: list[dict[str, Any]], access: KubeAccess) -> bool:
+    resource = f"{access.resource}/{access.subresource}" if access.subresource else access.resource
+    return any(
+        access.group in rule["apiGroups"] and resource in rule["resources"] and access.verb in rule["verbs"]
+        and (not rule.get("resourceNames") or access.name in rule["resourceNames"])
+        for rule in rules
+    )  # fmt: skip
+
+
+def test_rbac_grants_every_access_of_the_k8s_faults_but_delete_nodes() -> None:
+    """What the game day's preflight asks for (experiments/kube_access.py), granted by the manifest."""
+    config = load_k8s_env_config(EXAMPLE_CONFIG, "cluster")
+    role = find("Role")
+    faults = [n for n in fault_names() if n.startswith("k8s.") and n != "k8s.delete_node"]
+    for needed in needed_access(config, faults):
+        access = needed.access
+        # A ClusterRole's rules hold in every namespace; the Role's only in its own.
+        rules = find("ClusterRole")["rules"] + (
+            role["rules"] if access.namespace == role["metadata"]["namespace"] else []
+        )
+        assert _grants(rules, access), f"deploy/gameday-cronjob.yaml does not grant {access.describe()}"
+    deleting = KubeAccess("delete", "nodes")
+    assert not _grants(find("ClusterRole")["rules"], deleting)  # left out on purpose, as the manifest says

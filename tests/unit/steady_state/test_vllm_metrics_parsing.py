@@ -9,12 +9,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferchaos.errors import ProbeError
 from inferchaos.primitives.vllm_metrics import (
+    KV_USAGE,
+    OLDER_NAMES,
     READ_FAMILIES,
     Histogram,
+    exposed_names,
     histogram_quantile,
     parse_metrics,
     read_families_only,
 )
+
+OLD_KV_USAGE = "vllm:gpu_cache_usage_perc"
 
 
 def test_idle_replica(idle_metrics: str) -> None:
@@ -50,7 +55,8 @@ def test_reading_only_the_needed_families_keeps_every_one_of_their_samples(
 
     kept = read_families_only(text)
     assert samples(kept) == samples(text)
-    assert {f.name for f in text_string_to_metric_families(kept)} == READ_FAMILIES
+    older = {old for olds in OLDER_NAMES.values() for old in olds}  # a v1 replica has none of these
+    assert {f.name for f in text_string_to_metric_families(kept)} == READ_FAMILIES - older
     assert len(kept) < len(text) / 3  # the point of it: most of the page is not parsed
 
 
@@ -185,3 +191,25 @@ def test_a_restarted_replica_counts_everything_as_new() -> None:
 def test_no_requests_in_the_window_means_no_quantile(flooded_metrics: str) -> None:
     flooded = parse_metrics(flooded_metrics)
     assert flooded.ttft.since(flooded.ttft).quantile(0.95) is None
+
+
+def test_the_kv_cache_usage_of_an_older_vllm_reads_under_its_old_name(flooded_metrics: str) -> None:
+    # As vLLM before v1 exposed it: the same gauge under its old name (only its own lines hold the name).
+    old = flooded_metrics.replace(KV_USAGE, OLD_KV_USAGE)
+    assert KV_USAGE not in old and OLD_KV_USAGE in old
+    assert parse_metrics(old).kv_cache_usage == pytest.approx(0.935, abs=1e-3)
+    names = exposed_names(old)
+    assert names.missing == [] and names.renamed == {KV_USAGE: OLD_KV_USAGE}
+
+
+def test_a_replica_with_neither_name_is_refused_naming_both(flooded_metrics: str) -> None:
+    neither = "".join(line + "\n" for line in flooded_metrics.splitlines() if KV_USAGE not in line)
+    with pytest.raises(ProbeError, match=f"no {KV_USAGE} \\(nor {OLD_KV_USAGE}\\)"):
+        parse_metrics(neither)
+    assert exposed_names(neither).missing == [KV_USAGE]
+
+
+def test_a_current_replica_exposes_every_needed_name_as_it_is_today(idle_metrics: str) -> None:
+    names = exposed_names(idle_metrics)
+    assert names.missing == [] and names.renamed == {}
+    assert all(found == name for name, found in names.names.items())
