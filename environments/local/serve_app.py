@@ -55,6 +55,8 @@ WARM_UP_REQUESTS = 3
 WARM_UP_TOKENS = 4
 WARM_UP_TIMEOUT_S = 30.0
 HEALTH_READ_TIMEOUT_S = 3.0
+# A peer's published speed older than this says nothing about the machine now.
+PEER_FRESH_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -348,9 +350,36 @@ class VLLMReplica:
         stalled = self._progress.stalled(now, tokens) if suspect else None
         if stalled:
             raise RuntimeError(f"{self._name}: hung: {stalled}")
-        slow = self._speed.judge(busy, tokens)
+        slow = self._speed.judge(busy, tokens, self._peer_rate())
+        self._publish_speed(self._speed.rate_now(busy, tokens))
         if slow:
             raise RuntimeError(f"{self._name}: {slow}")
+
+    def _speed_file(self, name: str) -> Path:
+        return self._replicas_dir / f"{name}.speed"
+
+    def _publish_speed(self, rate: float | None) -> None:
+        """This replica's recent tokens per busy second, for its peers' outlier checks."""
+        if rate is None:
+            return
+        path = self._speed_file(self._name)
+        tmp = path.with_suffix(".speed.tmp")
+        tmp.write_text(f"{rate:.3f} {time.time():.3f}")
+        tmp.replace(path)
+
+    def _peer_rate(self) -> float | None:
+        """The fastest other replica's published speed, if one was published lately."""
+        rates: list[float] = []
+        for path in self._replicas_dir.glob("replica-*.speed"):
+            if path == self._speed_file(self._name):
+                continue
+            try:
+                rate, at = (float(x) for x in path.read_text().split())
+            except (OSError, ValueError):
+                continue  # a peer gone, or a file being replaced
+            if time.time() - at <= PEER_FRESH_S:
+                rates.append(rate)
+        return max(rates, default=None)
 
     def __del__(self) -> None:
         # Serve calls __del__ on graceful shutdown: the vLLM group must not outlive its replica.

@@ -77,36 +77,57 @@ def test_busy_time_counts_only_stretches_with_requests_in_flight() -> None:
 
 def test_a_replica_far_slower_than_its_warm_up_is_slow_until_a_stretch_says_otherwise() -> None:
     speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
-    assert speed.judge(busy_s=0.0, tokens=1000) is None  # the first read starts the stretch
-    assert speed.judge(busy_s=1.0, tokens=1030) is None  # too little busy time to judge
-    reason = speed.judge(busy_s=2.5, tokens=1075)  # 30 tokens per busy second, below 60
+    assert speed.judge(peer_rate=250.0, busy_s=0.0, tokens=1000) is None  # the first read starts the stretch
+    assert speed.judge(peer_rate=250.0, busy_s=1.0, tokens=1030) is None  # too little busy time to judge
+    reason = speed.judge(peer_rate=250.0, busy_s=2.5, tokens=1075)  # 30 tokens per busy second, below 60
     assert reason is not None and "30 tokens per busy second" in reason and "warm-up's 300" in reason
+    assert "1/3 of a peer's 250" in reason
     # The judgement stands while the next stretch fills, so Serve sees failed checks in a row.
-    assert speed.judge(busy_s=3.0, tokens=1090) == reason
-    assert speed.judge(busy_s=5.0, tokens=1700) is None  # 312 per busy second: fast again
+    assert speed.judge(peer_rate=250.0, busy_s=3.0, tokens=1090) == reason
+    assert speed.judge(peer_rate=250.0, busy_s=5.0, tokens=1700) is None  # 312 per busy second: fast again
 
 
 def test_a_flooded_replica_queues_but_keeps_up_and_an_unmeasured_one_is_never_slow() -> None:
     # Long prompts' prefill and batched decoding count in full: thousands of tokens per busy second.
     speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
-    speed.judge(busy_s=0.0, tokens=0)
-    assert speed.judge(busy_s=10.0, tokens=18_000) is None
+    speed.judge(peer_rate=250.0, busy_s=0.0, tokens=0)
+    assert speed.judge(peer_rate=250.0, busy_s=10.0, tokens=18_000) is None
     # No warm-up speed (the warm-up failed): nothing to hold the replica to.
-    assert SpeedWatch().judge(busy_s=100.0, tokens=1) is None
+    assert SpeedWatch().judge(busy_s=100.0, tokens=1, peer_rate=300.0) is None
 
 
 def test_a_restarted_server_whose_counters_went_back_starts_a_new_stretch() -> None:
     speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
-    speed.judge(busy_s=0.0, tokens=5000)
-    assert speed.judge(busy_s=3.0, tokens=10) is None  # not -1663 tokens per second
-    assert speed.judge(busy_s=6.0, tokens=1000) is None
+    speed.judge(peer_rate=250.0, busy_s=0.0, tokens=5000)
+    assert speed.judge(peer_rate=250.0, busy_s=3.0, tokens=10) is None  # not -1663 tokens per second
+    assert speed.judge(peer_rate=250.0, busy_s=6.0, tokens=1000) is None
 
 
 def test_a_restart_forgets_what_the_replica_did_while_nobody_judged_it() -> None:
     # A blind (plain) check was in force while the replica ran slow; once the progress check is
     # back, that stretch must not condemn the replica, which is fast again.
     speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
-    speed.judge(busy_s=0.0, tokens=0)
+    speed.judge(peer_rate=250.0, busy_s=0.0, tokens=0)
     speed.restart()
-    assert speed.judge(busy_s=30.0, tokens=300) is None  # 10 per busy second, but a new stretch
-    assert speed.judge(busy_s=32.0, tokens=900) is None
+    assert (
+        speed.judge(peer_rate=250.0, busy_s=30.0, tokens=300) is None
+    )  # 10 per busy second, but a new stretch
+    assert speed.judge(peer_rate=250.0, busy_s=32.0, tokens=900) is None
+
+
+def test_no_replica_is_slow_when_every_replica_slowed_or_no_peer_says_how_fast_is_fast() -> None:
+    # The machine is busy (a replacement loading its model): the peer is as slow. No outlier.
+    speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
+    speed.judge(busy_s=0.0, tokens=0, peer_rate=40.0)
+    assert speed.judge(busy_s=2.0, tokens=60, peer_rate=40.0) is None  # 30/s, peer 40/s
+    assert speed.judge(busy_s=4.0, tokens=120, peer_rate=None) is None  # no peer lately
+    assert speed.judge(busy_s=6.0, tokens=180, peer_rate=200.0) is not None  # the peer is fast
+
+
+def test_the_speed_published_for_peers_covers_the_stretch_under_way_once_it_is_long_enough() -> None:
+    speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
+    speed.judge(busy_s=0.0, tokens=0, peer_rate=None)
+    assert speed.rate_now(busy_s=0.2, tokens=50) is None  # too short, and nothing judged yet
+    assert speed.rate_now(busy_s=1.0, tokens=250) == 250.0
+    speed.judge(busy_s=2.0, tokens=400, peer_rate=None)
+    assert speed.rate_now(busy_s=2.1, tokens=410) == 200.0  # the stretch judged last
