@@ -117,8 +117,9 @@ class ProgressWatch:
 SLOW_FACTOR = 5.0
 PEER_FACTOR = 3.0
 JUDGE_AFTER_BUSY_S = 2.0
-# The speed a replica publishes for its peers covers at least this much busy time.
-PUBLISH_AFTER_BUSY_S = 0.5
+# The speed a replica publishes for its peers covers at least this much busy time (a canary's
+# request keeps a replica busy about 0.05 s).
+PUBLISH_AFTER_BUSY_S = 0.2
 
 
 @dataclass

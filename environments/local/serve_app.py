@@ -257,6 +257,9 @@ class VLLMReplica:
                     rates.append(tokens / max(time.monotonic() - started, 1e-3))
         self._speed.reference_tokens_per_s = max(rates, default=None)
         logger.info("%s: warm-up speed %s tokens/s", self._name, self._speed.reference_tokens_per_s)
+        # Until its own traffic says otherwise, its warm-up is what its peers compare with: a
+        # replica slowed right after the environment started is an outlier too.
+        self._publish_speed(self._speed.reference_tokens_per_s)
 
     def _server_alive(self) -> bool:
         """True while the vLLM server lives; reaps it (it is our child) once it has exited."""

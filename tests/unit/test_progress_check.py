@@ -127,7 +127,7 @@ def test_no_replica_is_slow_when_every_replica_slowed_or_no_peer_says_how_fast_i
 def test_the_speed_published_for_peers_covers_the_stretch_under_way_once_it_is_long_enough() -> None:
     speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
     speed.judge(busy_s=0.0, tokens=0, peer_rate=None)
-    assert speed.rate_now(busy_s=0.2, tokens=50) is None  # too short, and nothing judged yet
+    assert speed.rate_now(busy_s=0.1, tokens=25) is None  # too short, and nothing judged yet
     assert speed.rate_now(busy_s=1.0, tokens=250) == 250.0
     speed.judge(busy_s=2.0, tokens=400, peer_rate=None)
     assert speed.rate_now(busy_s=2.1, tokens=410) == 200.0  # the stretch judged last
