@@ -13,7 +13,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -35,8 +35,8 @@ def recorded_metrics(name: str = "vllm_idle.txt") -> str:
 class ThreadedServer:
     """An aiohttp application on 127.0.0.1 and a free port, served from a background thread."""
 
-    def __init__(self, app: web.Application, name: str) -> None:
-        self.port = free_port()
+    def __init__(self, app: web.Application, name: str, port: int | None = None) -> None:
+        self.port = port or free_port()
         self._app = app
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
@@ -46,7 +46,7 @@ class ThreadedServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> ThreadedServer:
+    def start(self) -> Self:
         """Serve until :meth:`stop`; returns once the port accepts connections."""
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)

@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import threading
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from inferchaos.primitives.processes import free_port
+from tests.fakes.layer_servers import ThreadedServer
 
 FAKE_MODEL = "fake-tiny-llama"
 
@@ -98,37 +97,12 @@ def build_app(behaviour: FakeBehaviour) -> web.Application:
     return app
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(ThreadedServer):
     """The fake server on 127.0.0.1 and a free port, served from a background thread."""
 
     def __init__(self, behaviour: FakeBehaviour | None = None, port: int | None = None) -> None:
         self.behaviour = behaviour or FakeBehaviour()
-        self.port = port or free_port()
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, name="fake-openai", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> FakeOpenAIServer:
-        """Serve until :meth:`stop`; returns once the port accepts connections."""
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    async def _start(self) -> None:
-        self._runner = web.AppRunner(build_app(self.behaviour))
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    def stop(self) -> None:
-        """Stop serving and end the thread."""
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        super().__init__(build_app(self.behaviour), "fake-openai", port)
 
 
 def main() -> None:
