@@ -168,8 +168,11 @@ class SpeedWatch:
             return self.slow_reason
         rate = (tokens - self.tokens_at) / busy
         self.busy_at, self.tokens_at, self.last_rate = busy_s, tokens, rate
+        # No token at all is a hang, the stall check's to judge (after STALL_AFTER_S, as the
+        # scenarios' windows were measured with), not a slow replica.
         slow = (
-            rate < self.reference_tokens_per_s / self.slow_factor
+            rate > 0
+            and rate < self.reference_tokens_per_s / self.slow_factor
             and peer_rate is not None
             and rate < peer_rate / self.peer_factor
         )

@@ -131,3 +131,9 @@ def test_the_speed_published_for_peers_covers_the_stretch_under_way_once_it_is_l
     assert speed.rate_now(busy_s=1.0, tokens=250) == 250.0
     speed.judge(busy_s=2.0, tokens=400, peer_rate=None)
     assert speed.rate_now(busy_s=2.1, tokens=410) == 200.0  # the stretch judged last
+
+
+def test_a_replica_that_produced_nothing_is_left_to_the_stall_check() -> None:
+    speed = SpeedWatch(reference_tokens_per_s=300.0, slow_factor=5, judge_after_busy_s=2)
+    speed.judge(busy_s=0.0, tokens=500, peer_rate=250.0)
+    assert speed.judge(busy_s=2.5, tokens=500, peer_rate=250.0) is None  # hung, not slow
