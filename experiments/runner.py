@@ -676,6 +676,7 @@ class Runner:
                 since=injected,
                 lookahead_s=lookahead_s,
                 thresholds=triage_thresholds(spec),
+                breached_layers=frozenset(s.layer for s in evaluation.slos if not s.ok),
             )
             if injected
             else None

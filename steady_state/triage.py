@@ -336,6 +336,7 @@ def triage(
     lookahead_s: float = 10.0,
     thresholds: Mapping[str, float] | None = None,
     rules: Sequence[Rule] = RULES,
+    breached_layers: frozenset[str] = frozenset(),
 ) -> TriageResult:
     """Name the layer behind the breach at ``breach_at``.
 
@@ -344,13 +345,23 @@ def triage(
     node dead seconds after its replica stopped answering). ``since`` (default: the window
     start; pass the injection time) separates new conditions from standing ones.
     ``thresholds`` supplies rule thresholds left open in the table, by probe name
-    (``{"device.free_bytes": bytes_a_replica_needs}``).
+    (``{"device.free_bytes": bytes_a_replica_needs}``). ``breached_layers`` are the layers
+    whose probes the failed SLOs read: among symptoms alone, one of those layers' explains
+    the breach more directly than another layer's (Serve's controller restarting, not a
+    replica missing three reads meanwhile, when Serve's own replica count failed).
     """
     start, end = breach_at - lookback_s, breach_at + lookahead_s
     since = start if since is None else since
     matches = [m for rule in rules if (m := match_rule(rule, timeline, start, end, since, thresholds))]
     order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}
-    ranked = sorted(matches, key=lambda m: (m.rule.symptom, order.get(m.rule.layer, len(order))))
+    ranked = sorted(
+        matches,
+        key=lambda m: (
+            m.rule.symptom,
+            m.rule.symptom and m.rule.layer.value not in breached_layers,
+            order.get(m.rule.layer, len(order)),
+        ),
+    )
     if not ranked:
         return TriageResult(
             "unknown",

@@ -362,3 +362,28 @@ def test_every_replica_slowed_by_a_busy_machine_is_not_a_slow_replica(synth: Syn
         synth.rows("canary.e2e_s", step(0.07, 0.18, 11), labels={"replica": "replica-1"}),
     )
     assert diagnose(synth, timeline).layer == "unknown"
+
+
+def test_among_symptoms_the_layer_of_the_failed_slo_explains_it_first(synth: Synth) -> None:
+    # Seen in CI: Serve's replica count failed while its controller crash-looped, and a
+    # restarting replica-0 refused three reads meanwhile. Both are symptoms; Ray's explains
+    # the failed Ray SLO.
+    restarting = {"class": "ServeController", "state": "RESTARTING"}
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-1"),
+        synth.error_rows(
+            "vllm@replica-0", [12, 13, 14], "ProbeError: ConnectError", {"replica": "replica-0"}
+        ),
+        [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
+    )
+    breach, since = synth.t0 + 14, synth.t0 + 10
+    assert triage(timeline, breach, since=since).layer == "vllm"
+    assert triage(timeline, breach, since=since, breached_layers=frozenset({"ray"})).layer == "ray"
+    # A cause still outranks every symptom, whatever the failed SLO reads.
+    flooded = synth.timeline(
+        healthy_ray(synth),
+        synth.rows("vllm.kv_cache_usage", step(0.1, 0.95, 12), labels={"replica": "replica-1"}),
+        [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
+    )
+    assert triage(flooded, breach, since=since, breached_layers=frozenset({"ray"})).layer == "vllm"
