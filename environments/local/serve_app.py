@@ -25,12 +25,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from inferchaos.environments.local.progress_check import (
-    HealthCheck,
-    ProgressWatch,
-    SpeedWatch,
-    health_check_in_force,
-)
+from inferchaos.environments.local.progress_check import HealthCheck, ProgressWatch, health_check_in_force
 from inferchaos.errors import EnvironmentStartError
 from inferchaos.primitives.memory_budget import (
     MemoryBudget,
@@ -55,8 +50,6 @@ WARM_UP_REQUESTS = 3
 WARM_UP_TOKENS = 4
 WARM_UP_TIMEOUT_S = 30.0
 HEALTH_READ_TIMEOUT_S = 3.0
-# A peer's published speed older than this says nothing about the machine now.
-PEER_FRESH_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -160,9 +153,6 @@ class VLLMReplica:
     def __init__(self, launch: dict[str, Any]) -> None:
         self._launch = ReplicaLaunch(**{**launch, "extra_args": tuple(launch.get("extra_args", ()))})
         self._progress = ProgressWatch()
-        self._speed = SpeedWatch()
-        # Busy seconds at the last /metrics read: a replica idle since then owes nothing.
-        self._busy_read = 0.0
         replicas_dir = Path(self._launch.state_dir) / "replicas"
         self._replicas_dir = replicas_dir
         self._slot, self._slot_fd = claim_slot(replicas_dir, self._launch.max_slots)
@@ -236,30 +226,16 @@ class VLLMReplica:
 
         A fresh vLLM server answers its first requests slower (measured on 2 cores: 0.1-0.2 s,
         once 1.2 s under load, against 0.03 s warm); a restarted replica's first users would pay it.
-        The fastest of them, in tokens per second, is the replica's own speed that the progress
-        check later holds it to.
         """
         body = {"model": self._launch.served_model_name, "prompt": "warm up", "max_tokens": WARM_UP_TOKENS}
-        rates: list[float] = []
         with httpx.Client(timeout=WARM_UP_TIMEOUT_S) as client:
             for _ in range(WARM_UP_REQUESTS):
-                started = time.monotonic()
                 try:
-                    response = client.post(f"{url}/v1/completions", json=body)
-                    response.raise_for_status()
+                    client.post(f"{url}/v1/completions", json=body).raise_for_status()
                 except httpx.HTTPError as e:
                     # Serve's health checks judge a server that cannot serve; warming is best effort.
                     logger.warning("%s: warm-up request failed: %s", self._name, e)
                     return
-                usage = response.json().get("usage") or {}
-                tokens = float(usage.get("total_tokens") or 0)
-                if tokens > 0:
-                    rates.append(tokens / max(time.monotonic() - started, 1e-3))
-        self._speed.reference_tokens_per_s = max(rates, default=None)
-        logger.info("%s: warm-up speed %s tokens/s", self._name, self._speed.reference_tokens_per_s)
-        # Until its own traffic says otherwise, its warm-up is what its peers compare with: a
-        # replica slowed right after the environment started is an outlier too.
-        self._publish_speed(self._speed.reference_tokens_per_s)
 
     def _server_alive(self) -> bool:
         """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
@@ -327,8 +303,7 @@ class VLLMReplica:
         """Serve calls this periodically; raising makes Serve replace the replica.
 
         The plain check forwards vLLM's /health; the progress check (the default) also fails
-        a replica whose requests make no progress, or that works several times slower than in
-        its own warm-up (environments/local/progress_check.py).
+        a replica whose requests make no progress (environments/local/progress_check.py).
         """
         if not self._server_alive():
             raise RuntimeError(f"{self._name}: vLLM server pid {self._pid} is gone")
@@ -336,53 +311,17 @@ class VLLMReplica:
         if response.status_code != 200:
             raise RuntimeError(f"{self._name}: vLLM /health answered {response.status_code}")
         now = time.monotonic()
-        suspect = self._progress.suspect(now)
-        busy = self._progress.busy_total(now)
-        if not suspect and busy == self._busy_read:
+        if not self._progress.suspect(now):
             return
         in_force = health_check_in_force(Path(self._launch.state_dir), self._launch.health_check)
         if in_force is HealthCheck.PLAIN:
-            # What the replica did while nobody judged it must not be judged once the check is back.
-            self._speed.restart()
             return
-        self._busy_read = busy
         metrics = await self._client.get("/metrics", timeout=HEALTH_READ_TIMEOUT_S)
         # vLLM's counters of work done; a hung EngineCore freezes both.
         snapshot = parse_metrics(metrics.text)
-        tokens = snapshot.prompt_tokens_total + snapshot.generation_tokens_total
-        stalled = self._progress.stalled(now, tokens) if suspect else None
+        stalled = self._progress.stalled(now, snapshot.prompt_tokens_total + snapshot.generation_tokens_total)
         if stalled:
             raise RuntimeError(f"{self._name}: hung: {stalled}")
-        slow = self._speed.judge(busy, tokens, self._peer_rate())
-        self._publish_speed(self._speed.rate_now(busy, tokens))
-        if slow:
-            raise RuntimeError(f"{self._name}: {slow}")
-
-    def _speed_file(self, name: str) -> Path:
-        return self._replicas_dir / f"{name}.speed"
-
-    def _publish_speed(self, rate: float | None) -> None:
-        """This replica's recent tokens per busy second, for its peers' outlier checks."""
-        if rate is None:
-            return
-        path = self._speed_file(self._name)
-        tmp = path.with_suffix(".speed.tmp")
-        tmp.write_text(f"{rate:.3f} {time.time():.3f}")
-        tmp.replace(path)
-
-    def _peer_rate(self) -> float | None:
-        """The fastest other replica's published speed, if one was published lately."""
-        rates: list[float] = []
-        for path in self._replicas_dir.glob("replica-*.speed"):
-            if path == self._speed_file(self._name):
-                continue
-            try:
-                rate, at = (float(x) for x in path.read_text().split())
-            except (OSError, ValueError):
-                continue  # a peer gone, or a file being replaced
-            if time.time() - at <= PEER_FRESH_S:
-                rates.append(rate)
-        return max(rates, default=None)
 
     def __del__(self) -> None:
         # Serve calls __del__ on graceful shutdown: the vLLM group must not outlive its replica.
