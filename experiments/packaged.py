@@ -18,6 +18,8 @@ logger = logging.getLogger(__name__)
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
 CONTROLS_DIR = "controls"
 SUFFIX = ".yaml"
+# What names an experiment file rather than a packaged experiment.
+SUFFIXES = (".yaml", ".yml")
 
 
 def packaged_experiments() -> dict[str, Path]:
@@ -46,11 +48,12 @@ def resolve_experiment(given: Path) -> Path:
     """The file ``given`` names: itself if it exists, else the packaged experiment or control of that name.
 
     A bare name (``kv_flood``) is ``experiments/kv_flood.yaml`` and ``controls/kv_flood`` its
-    control, both from the installed package. Anything else that does not exist is a one-line
-    ConfigError (exit 2) that lists the packaged names.
+    control, both from the installed package. A missing ``*.yaml`` is left to load_experiment;
+    any other name that is neither is a one-line ConfigError (exit 2) listing the packaged names.
     """
-    if given.exists() or given.is_symlink():
-        # A dangling link is the user's file too: load_experiment says it is missing.
+    if given.exists() or given.is_symlink() or given.suffix in SUFFIXES:
+        # A file of the user's, even a dangling link or a missing *.yaml: load_experiment says
+        # what is wrong with it, and no packaged name is guessed from it.
         return given
     packaged = packaged_experiments()
     found = packaged.get(given.as_posix())

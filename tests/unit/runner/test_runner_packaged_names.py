@@ -78,6 +78,11 @@ def test_a_path_wins_over_a_name(elsewhere: Path, kind: str) -> None:
     assert resolve_experiment(Path("kv_flood")) == Path("kv_flood")
 
 
+def test_a_missing_yaml_file_is_a_path_not_a_name(elsewhere: Path) -> None:
+    # kv_flood.yaml here does not exist: the user meant a file, and is told that one is missing.
+    assert resolve_experiment(Path("kv_flood.yaml")) == Path("kv_flood.yaml")
+
+
 def test_an_unknown_name_lists_the_packaged_names(elsewhere: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         resolve_experiment(Path("kv_flod"))
