@@ -27,6 +27,7 @@ from inferchaos.errors import ConfigError, FaultError, InferchaosError, Unsuppor
 from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
+from inferchaos.experiments.packaged import resolve_experiment
 from inferchaos.experiments.preflight import (
     PreflightFailed,
     PreflightReport,
@@ -571,8 +572,11 @@ def run_cmd(
     EXPERIMENT may also be a negative control (experiments/controls/*.yaml): the scenario it
     names runs against a platform the control breaks, and is expected to FAIL (exit 1); the
     verdict says whether it failed as expected, with the expected triage layer.
+
+    EXPERIMENT is a path, or the name of a packaged experiment (`kv_flood`) or control
+    (`controls/kv_flood`) where no file of that name exists.
     """
-    spec, control = _load_run(experiment)
+    spec, control = _load_run(resolve_experiment(experiment))
     allow = None
     environment: LocalEnvironment | K8sEnvironment
     if env_name in K8S_ENVS:

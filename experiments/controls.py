@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError
+from inferchaos.experiments.packaged import CONTROLS_DIR
 from inferchaos.experiments.spec import (
     ExperimentSpec,
     check_fault_arguments,
@@ -41,8 +42,6 @@ from inferchaos.faults import registry
 from inferchaos.layers import TRIAGE_ORDER, Layer
 from inferchaos.params import InvalidValue, parse_params
 from inferchaos.status import Status
-
-CONTROLS_DIR = "controls"
 
 
 class SabotageAt(StrEnum):

@@ -37,8 +37,8 @@ logger = logging.getLogger(__name__)
 # Must match PROFILES in experiments/locustfile.py (a test checks Locust's own list of them);
 # that file cannot be imported here, because importing Locust patches the process with gevent.
 LOAD_PROFILES: tuple[str, ...] = ("steady", "ramp", "spike")
+# The installed locustfile (package data's neighbour), wherever the runner was started from.
 LOCUSTFILE = Path(__file__).resolve().with_name("locustfile.py")
-REPO_ROOT = LOCUSTFILE.parent.parent
 HISTORY_SUFFIX = "_stats_history.csv"
 REQUEST_TYPE = "LLM"
 
@@ -209,7 +209,8 @@ class LocustLoad:
 
     def __init__(self, host: str, csv_prefix: Path, options: LoadOptions | None = None) -> None:
         self.host = host.rstrip("/")
-        self.csv_prefix = csv_prefix
+        # Absolute: Locust runs in another directory (workdir) than the runner that reads the CSVs.
+        self.csv_prefix = csv_prefix.absolute()
         self.options = options or LoadOptions()
         self.pid: int | None = None
         self.exit_code: int | None = None
@@ -223,11 +224,16 @@ class LocustLoad:
     def log_path(self) -> Path:
         return Path(f"{self.csv_prefix}_locust.log")
 
+    @property
+    def workdir(self) -> Path:
+        """Locust's working directory: the folder of its CSVs (the run folder's ``load/``)."""
+        return self.csv_prefix.parent
+
     def argv(self) -> list[str]:
         """The Locust command line."""
         o = self.options
         argv = [
-            sys.executable, "-m", "locust", "-f", str(o.locustfile), "--headless", "--only-summary",
+            sys.executable, "-m", "locust", "-f", str(o.locustfile.absolute()), "--headless", "--only-summary",
             "--host", self.host, "--csv", str(self.csv_prefix), "--csv-full-history",
             "--load-profile", o.profile, "-u", str(o.users), "-r", f"{o.spawn_rate:g}",
             "--run-time", f"{math.ceil(o.run_time_s)}s", "--stop-with-pid", str(os.getpid()),
@@ -255,8 +261,11 @@ class LocustLoad:
         if self.pid is not None:
             return
         self.csv_prefix.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.pid = spawn_process_group(self.argv(), env, self.log_path, cwd=REPO_ROOT)
+        # Locust runs in the folder of its CSVs, so that whatever it writes beside them lands in
+        # the run folder, never in the installed package. Its state root is pinned to the
+        # runner's: anything it starts (--chaos) attaches to the same environment.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "INFERCHAOS_HOME": str(state_root())}
+        self.pid = spawn_process_group(self.argv(), env, self.log_path, cwd=self.workdir)
         logger.info(
             "load: Locust %s profile started (pid %d); log %s", self.options.profile, self.pid, self.log_path
         )

@@ -16,9 +16,10 @@ Load shapes: ``--load-profile steady|ramp|spike`` picks one of the shape classes
 :func:`_select_profile` for why it is an argument). They read ``-u``, ``-r`` and ``-t``.
 
 Chaos from a plain Locust run: ``--chaos kv_flood --chaos-at 60`` starts
-``python -m experiments.cli run experiments/kv_flood.yaml --out <--chaos-out>`` as a child
-process 60 s into the test, and sends it SIGINT when the test stops (end of ``-t``, Ctrl-C);
-the runner then reverts the fault and writes its verdict, whose path is printed.
+``python -m inferchaos.experiments.cli run <packaged kv_flood.yaml> --out <--chaos-out>`` as a
+child process, in Locust's working directory, 60 s into the test, and sends it SIGINT when the
+test stops (end of ``-t``, Ctrl-C); the runner then reverts the fault and writes its verdict,
+whose path is printed.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ logger = logging.getLogger(__name__)
 REQUEST_TYPE = "LLM"
 PROFILES = ("steady", "ramp", "spike")
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = EXPERIMENTS_DIR.parent
 
 # The load probe reads the stats history while it grows; Locust's default flush (every 5 s)
 # would hand it five rows at once, so every row is flushed as it is written.
@@ -428,7 +428,9 @@ class ChaosRun:
         )
         self._started_wall = time.time()
         with open(log_path, "ab") as log:
-            self._proc = subprocess.Popen(self.plan.argv(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+            # In Locust's own directory, not the package's: the run's state (.inferchaos/, unless
+            # INFERCHAOS_HOME says otherwise) is the one of the directory Locust was started in.
+            self._proc = subprocess.Popen(self.plan.argv(), stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         logger.info(
             "chaos: started %s (pid %d); its output: %s", " ".join(self.plan.argv()), self._proc.pid, log_path

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 from inferchaos.errors import ConfigError
+from inferchaos.experiments.packaged import EXPERIMENTS_DIR
 from inferchaos.layers import EnvName
-
-EXPERIMENTS_DIR = Path(__file__).resolve().parent
 
 # Faults that change the environment's shape (a node replaced, a replica restarted) run last.
 SUITES: dict[str, tuple[str, ...]] = {

@@ -11,7 +11,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
+# The folder that holds experiments/ beside environments/: a checkout's root, or the installed
+# inferchaos package (its experiments are package data there).
+pkg=$(cd "$here/../.." && pwd)
 
 CLUSTER=${CLUSTER:-inferchaos}
 CONTEXT="kind-$CLUSTER"
@@ -20,6 +22,9 @@ GAMEDAY=inferchaos-gameday           # the CronJob's namespace; deploy/ calls it
 IMAGE=${IMAGE:-inferchaos:local}
 TIMEOUT_S=${TIMEOUT_S:-2400}
 SUITE=(anti_affinity_pending gpu_ledger_squat)
+# The CronJob ships in a checkout's deploy/, beside the Dockerfile that builds its image.
+CRONJOB=${CRONJOB:-$pkg/deploy/gameday-cronjob.yaml}
+[[ -f $CRONJOB ]] || { echo "gameday-in-cluster.sh: no CronJob manifest at $CRONJOB: set CRONJOB to deploy/gameday-cronjob.yaml of a checkout" >&2; exit 2; }
 
 kc() { kubectl --context "$CONTEXT" "$@"; }
 
@@ -33,7 +38,7 @@ kc -n "$GAMEDAY" create configmap inferchaos-cluster-config --from-file=cluster.
 suite=$(mktemp -d)
 trap 'rm -rf "$suite"' EXIT
 for name in "${SUITE[@]}"; do
-  sed 's/^environment: {name: kind}$/environment: {name: cluster}/' "$root/experiments/$name.yaml" >"$suite/$name.yaml"
+  sed 's/^environment: {name: kind}$/environment: {name: cluster}/' "$pkg/experiments/$name.yaml" >"$suite/$name.yaml"
   grep -qx 'environment: {name: cluster}' "$suite/$name.yaml" ||
     { echo "gameday-in-cluster.sh: experiments/$name.yaml has no 'environment: {name: kind}' line" >&2; exit 2; }
 done
@@ -41,7 +46,7 @@ kc -n "$GAMEDAY" create configmap inferchaos-experiments --from-file="$suite" --
 
 echo "== CronJob, ServiceAccount and RBAC"
 sed -e "s/namespace: inferchaos\b/namespace: $GAMEDAY/g" -e "s/namespace: inference\b/namespace: $WORKLOADS/g" \
-  -e "s#image: inferchaos:local#image: $IMAGE#" "$root/deploy/gameday-cronjob.yaml" | kc apply -f -
+  -e "s#image: inferchaos:local#image: $IMAGE#" "$CRONJOB" | kc apply -f -
 
 echo "== a Job from the CronJob"
 job="gameday-$(date +%s)"

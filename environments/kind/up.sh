@@ -10,13 +10,14 @@
 # Needs: kind, kubectl, helm, docker, envsubst, openssl, and the project venv (`make venv`).
 set -euo pipefail
 
+# Everything up.sh reads sits beside it (the installed package's data, or the checkout's files).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
 CLUSTER=${CLUSTER:-inferchaos}           # kind-config.yaml names the cluster; keep them equal
 CONTEXT="kind-$CLUSTER"
 NAMESPACE=inferchaos
-VENV=${VENV:-$root/.venv}
+VENV=${VENV:-$root/.venv}                # a checkout's venv; `inferchaos env up` passes its own
 MODELS_HOST_DIR=/tmp/inferchaos-models   # the hostPath of kind-config.yaml's extraMounts
 FAKE_GPUS_PER_NODE=${FAKE_GPUS_PER_NODE:-2}
 VLLM_IMAGE=${VLLM_IMAGE:-inferchaos/vllm-cpu:0.32.0}
@@ -44,8 +45,9 @@ fi
 kc wait --for=condition=Ready nodes --all --timeout=180s
 
 echo "== fake GPUs"
-(cd "$root" && "$VENV/bin/python" -m environments.kind.fake_gpus --context "$CONTEXT" \
-  --selector inferchaos.io/pool=gpu --count "$FAKE_GPUS_PER_NODE")
+# By its installed name, so that it runs from any directory (not only a checkout's root).
+"$VENV/bin/python" -m inferchaos.environments.kind.fake_gpus --context "$CONTEXT" \
+  --selector inferchaos.io/pool=gpu --count "$FAKE_GPUS_PER_NODE"
 
 echo "== images"
 if ! docker image inspect "$VLLM_IMAGE" >/dev/null 2>&1; then

@@ -1,7 +1,7 @@
 """A harmless stand-in for ``python -m experiments.cli`` that the locustfile's --chaos starts.
 
 Invoked as ``chaos_child.py run <experiment> --out <dir>``. It records when it started,
-its argv, and when it got SIGINT into the JSON file named by $FAKE_CHAOS_RECORD, and, like
+its argv, its working directory, and when it got SIGINT into the JSON file named by $FAKE_CHAOS_RECORD, and, like
 the runner, writes ``<out>/<stamp>-fake/verdict.json`` before exiting (130 on SIGINT).
 """
 
@@ -28,6 +28,7 @@ def main() -> None:
         "argv": sys.argv[1:],
         "started_at": time.time(),
         "pgid": os.getpgid(0),
+        "cwd": os.getcwd(),
         "sigint_at": None,
     }
     _write(record)

@@ -73,15 +73,20 @@ class LocustRun:
         raise AssertionError(f"no log line matches {pattern!r}\n{self.output}")
 
 
-def start_locust(host: str, folder: Path, *args: str, env: dict[str, str] | None = None) -> LocustRun:
-    """Start ``locust -f experiments/locustfile.py --headless`` against ``host`` with CSVs in ``folder``."""
+def start_locust(
+    host: str, folder: Path, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> LocustRun:
+    """Start ``locust -f experiments/locustfile.py --headless`` against ``host`` with CSVs in ``folder``.
+
+    It runs in ``cwd``: the repository, or (to show nothing depends on it) another folder.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     prefix = folder / "locust"
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
             "--host", host, "--csv", str(prefix), "--csv-full-history", *args]  # fmt: skip
     output = folder / "output.txt"
     with open(output, "wb") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
     return LocustRun(argv, proc, prefix, output, time.time())
 

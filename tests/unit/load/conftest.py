@@ -60,7 +60,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory, good_server: FakeOpenAIServer
             base / "spike",
             *"--load-profile spike -u 1 --spike-users 3 --spike-at 1.5 --spike-seconds 2.5 -t 6s".split(),
         ),
-        chaos=start_locust(good_server.url, base / "chaos", *chaos_args, env={RECORD_ENV: str(record)}),
+        # Outside the repository, as from an installed package: the chaos run inherits Locust's directory.
+        chaos=start_locust(
+            good_server.url, base / "chaos", *chaos_args, env={RECORD_ENV: str(record)}, cwd=base / "chaos"
+        ),
         chaos_record=record,
         chaos_out=chaos_out,
         chaos_experiment=experiment,

@@ -52,6 +52,13 @@ def test_chaos_run_has_its_own_process_group(record: dict[str, Any], runs: Runs)
     assert record["pgid"] != runs.chaos.proc.pid
 
 
+def test_chaos_run_works_in_locusts_directory_not_the_packages(runs: Runs, record: dict[str, Any]) -> None:
+    # Its state (.inferchaos/) is that of the directory Locust was started in; the package's
+    # folder (site-packages once installed) holds no environment.
+    assert record["cwd"] == str(runs.chaos.csv_prefix.parent)
+    assert record["cwd"] != str(REPO)
+
+
 def test_where_the_verdict_is_is_printed(runs: Runs) -> None:
     verdicts = list(runs.chaos_out.glob("*/verdict.json"))
     assert len(verdicts) == 1

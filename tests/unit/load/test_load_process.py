@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from inferchaos.errors import ConfigError
+from inferchaos.experiments import load as load_module
 from inferchaos.experiments.load import (
     LoadedCanary,
     LoadError,
@@ -79,6 +80,30 @@ def test_stopping_locust_leaves_no_process_of_its_group(server: FakeOpenAIServer
     assert not load.running
     assert _group_gone(load.pid)
     assert not _locust_processes(str(tmp_path))
+
+
+def test_locust_runs_the_packaged_locustfile_in_the_run_folder(
+    server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inferchaos_home: Path
+) -> None:
+    # A relative run folder, as `--out runs` gives: Locust's own directory must not change where it is.
+    monkeypatch.chdir(tmp_path)
+    load = LocustLoad(server.url, Path("runs/kv_flood/load/locust"), LoadOptions(users=1, spawn_rate=1))
+    run_folder = tmp_path / "runs" / "kv_flood" / "load"
+    load.start()
+    try:
+        assert load.pid is not None
+        locust = psutil.Process(load.pid)
+        assert Path(locust.cwd()) == run_folder
+        argv = locust.cmdline()
+        installed = Path(load_module.__file__).resolve().with_name("locustfile.py")
+        assert Path(argv[argv.index("-f") + 1]) == installed
+        assert locust.environ()["INFERCHAOS_HOME"] == str(inferchaos_home.resolve())
+    finally:
+        load.stop()
+    assert (run_folder / "locust_stats_history.csv").is_file()
+    # Everything Locust wrote is in the run folder, under the prefix it was given.
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]
+    assert all(p.name.startswith("locust_") for p in run_folder.iterdir()), sorted(run_folder.iterdir())
 
 
 def test_stop_escalates_to_sigkill_within_its_bound(tmp_path: Path) -> None:
