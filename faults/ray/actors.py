@@ -200,17 +200,22 @@ class LeakActors(LocalProcessFault[LeakParams]):
             thread, stop = thread_stop
             stop.set()
             thread.join(timeout=10)
-        from ray.util.state import list_actors
-
-        # Ids from the ledger, plus any actor named for this handle whose id a crash lost.
-        ids = set(handle.state.get("actor_ids", []))
+        # Ids from the ledger, plus any actor named for this handle whose id a crash lost, by
+        # the order they were created in.
+        order = {actor_id: n for n, actor_id in enumerate(handle.state.get("actor_ids", []))}
         prefix = f"ic-leak-{handle.id}-"
-        for actor in list_actors(
-            filters=[("ray_namespace", "=", LEAK_NAMESPACE)], limit=10_000, raise_on_missing_output=False
-        ):
-            if (actor.name or "").startswith(prefix) and actor.state != "DEAD":
-                ids.add(actor.actor_id)
-        killed = [actor_id for actor_id in sorted(ids) if _kill_actor(actor_id)]
+        for actor in self._leaked(handle):
+            if actor.state != "DEAD":
+                order.setdefault(actor.actor_id, int((actor.name or "").removeprefix(prefix)))
+        # Newest first: the newest are the ones still pending, and killing an alive one first
+        # frees a GPU that Ray can grant to a pending one's lease while the kill is on its way
+        # (in CI a GPU stayed held after such a revert).
+        newest_first = sorted(order, key=order.__getitem__, reverse=True)
+        killed = [actor_id for actor_id in newest_first if _kill_actor(actor_id)]
+        if wait_until(lambda: all(a.state == "DEAD" for a in self._leaked(handle)), 10.0, 0.5) is None:
+            logger.warning(
+                "%s: some leaked actors of %s are not DEAD 10 s after the kill", self.name, handle.id
+            )
         handle.reverted_at = handle.reverted_at or time.time()
         handle.state["killed_actor_ids"] = sorted(set(handle.state.get("killed_actor_ids", [])) | set(killed))
         ledger.record(handle)
