@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -22,7 +24,32 @@ class Sample:
 
     def label_text(self) -> str:
         """Labels as ``k=v;k=v`` in key order: the form timeline.csv stores."""
-        return ";".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        return format_labels(self.labels)
+
+
+# A label value is any text (a reason label quotes an error message, semicolons and all), so
+# the two characters the ``k=v;k=v`` form gives a meaning are written as %3B and %25.
+_ESCAPED = re.compile(r"%(25|3B)")
+
+
+def format_labels(labels: Mapping[str, str]) -> str:
+    """``{"b": "2", "a": "x;y"}`` -> ``a=x%3By;b=2``: sorted by key, ``;`` and ``%`` escaped."""
+    return ";".join(f"{k}={_escape(v)}" for k, v in sorted(labels.items()))
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """Inverse of :func:`format_labels`; a value may itself contain ``=``."""
+    labels: dict[str, str] = {}
+    for part in text.split(";") if text else ():
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise ValueError(f"label {part!r} is not k=v")
+        labels[key] = _ESCAPED.sub(lambda m: "%" if m[1] == "25" else ";", value)
+    return labels
+
+
+def _escape(value: str) -> str:
+    return value.replace("%", "%25").replace(";", "%3B")
 
 
 class Probe(Protocol):

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import TextIO
 
 from inferchaos.errors import ConfigError
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.base import Sample, format_labels, parse_labels
 from inferchaos.steady_state.catalog import PHASE_PREFIX, probe_layer
 
 logger = logging.getLogger(__name__)
@@ -69,22 +69,6 @@ class Row:
     def matches(self, labels: Mapping[str, str] | None) -> bool:
         """True when every ``k: v`` of ``labels`` is among this row's labels."""
         return not labels or all(self.labels.get(k) == v for k, v in labels.items())
-
-
-def format_labels(labels: Mapping[str, str]) -> str:
-    """``{"b": "2", "a": "1"}`` -> ``a=1;b=2`` (the same text as ``Sample.label_text()``)."""
-    return ";".join(f"{k}={v}" for k, v in sorted(labels.items()))
-
-
-def parse_labels(text: str) -> dict[str, str]:
-    """Inverse of :func:`format_labels`; a value may itself contain ``=``."""
-    labels: dict[str, str] = {}
-    for part in text.split(";") if text else ():
-        key, sep, value = part.partition("=")
-        if not sep or not key:
-            raise ValueError(f"label {part!r} is not k=v")
-        labels[key] = value
-    return labels
 
 
 class TimelineWriter:

@@ -70,6 +70,20 @@ def test_labels_are_stored_as_sorted_k_v_pairs(tmp_path: Path) -> None:
     assert parse_labels("") == {}
 
 
+@pytest.mark.parametrize(
+    "value", ["no GPU; no replica memory budgets: none under /tmp/empty", "100%", "%3B", "a=b;%25;", ";"]
+)
+def test_a_label_value_with_the_forms_own_characters_reads_back_as_it_was(tmp_path: Path, value: str) -> None:
+    # A device reason label quotes two errors joined by "; " on a host without GPUs or cgroups:
+    # a game day's judgement once failed reading such a row back.
+    path = tmp_path / "timeline.csv"
+    with TimelineWriter(path) as writer:
+        writer.write([Row.from_sample(T, Sample("device.available", 0.0, {"reason": value, "device": "x"}))])
+    [row] = read_timeline(path).rows
+    assert dict(row.labels) == {"device": "x", "reason": value}
+    assert row.matches({"reason": value})
+
+
 def test_phase_marks_are_rows_of_their_own(tmp_path: Path) -> None:
     path = tmp_path / "timeline.csv"
     with TimelineWriter(path) as writer:
