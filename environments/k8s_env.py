@@ -33,6 +33,7 @@ from inferchaos.primitives.env_status import (
     EnvStatus,
     FrontDoorStatus,
     ModelStatus,
+    PrometheusStatus,
     RayStatus,
     ReplicaStatus,
     VllmStatus,
@@ -257,6 +258,19 @@ class K8sEnvironment:
                 name=self.config.vllm.model,
                 max_model_len=int(max_model_len or self.config.vllm.max_model_len or 0),
             ),  # fmt: skip
+            prometheus=self._prometheus(),
+        )
+
+    def _prometheus(self) -> PrometheusStatus | None:
+        settings = self.config.prometheus
+        if settings is None:
+            return None
+        return PrometheusStatus(
+            url=settings.url.rstrip("/"),
+            replica_label=settings.replica_label,
+            matchers=settings.matchers,
+            health_matchers=settings.health_matchers,
+            rate_window_s=settings.rate_window_s,
         )
 
     def up(self) -> EnvStatus:

@@ -170,6 +170,10 @@ def _env_options(func: FC) -> FC:
                          help="GCS fault tolerance, as KubeRay's: the GCS keeps its state in a Redis server "
                               "(the distribution's redis-server) and can be killed and started again "
                               "(ray.kill_gcs, the ha suite)."),
+            click.option("--prometheus", "prometheus", is_flag=True, default=defaults.prometheus,
+                         help="Start a real Prometheus (the distribution's prometheus) that scrapes every "
+                              "replica and Ray node each second; runs then read their vLLM probes through "
+                              "PromQL, as on a cluster whose config sets prometheus.url."),
         ]
     ):  # fmt: skip
         func = option(func)
@@ -192,6 +196,7 @@ def _build_config(health_check: str, **knobs: int) -> LocalEnvConfig:
         front_door_port=knobs["front_door_port"],
         health_check=health_check,
         gcs_ft=bool(knobs["gcs_ft"]),
+        prometheus=bool(knobs["prometheus"]),
         model=spec,
     )
     config.validate()
@@ -218,6 +223,8 @@ def _print_status(status: EnvStatus) -> None:
         "front door", status.front_door.url, "serving" if status.front_door.healthy else "NOT SERVING"
     )
     table.add_row("model", status.model.name, f"max_model_len {status.model.max_model_len}")
+    if status.prometheus is not None:
+        table.add_row("probes", f"prometheus {status.prometheus.url}", "vLLM read through PromQL")
     console.print(table)
 
 
@@ -596,7 +603,7 @@ def run_cmd(
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
 LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port",
-                      "health_check", "gcs_ft", "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
+                      "health_check", "gcs_ft", "prometheus", "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
 
 
 @dataclass(frozen=True)

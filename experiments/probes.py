@@ -6,10 +6,16 @@ from collections.abc import Callable
 
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.primitives.capabilities import Environment
+from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Canary, Probe
 from inferchaos.steady_state.canary import CanaryConfig, CanaryPace, CanaryProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
+from inferchaos.steady_state.prometheus_vllm import (
+    PrometheusVllmProbe,
+    PrometheusVllmSource,
+    PromVllmSelector,
+)
 from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.serve import ServeProbe
 from inferchaos.steady_state.vllm import VllmProbe
@@ -25,10 +31,7 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
     """Every probe for ``env``: one per vLLM replica, the canary, Ray and Serve, the device if known,
     Kubernetes if any."""
     status = env.status()
-    probes: list[Probe] = [
-        VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health")
-        for r in sorted(status.vllm.replicas, key=lambda r: r.name)
-    ]
+    probes: list[Probe] = vllm_probes(status)
     canary = CanaryProbe(
         CanaryConfig(
             base_url=status.front_door.url,
@@ -49,6 +52,22 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
     if isinstance(env, K8sEnvironment):
         probes.append(k8s_probe_of(env))
     return probes, canary
+
+
+def vllm_probes(status: EnvStatus) -> list[Probe]:
+    """One probe per replica: through the environment's Prometheus where it has one, else its /metrics."""
+    replicas = sorted(status.vllm.replicas, key=lambda r: r.name)
+    prometheus = status.prometheus
+    if prometheus is None:
+        return [VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health") for r in replicas]
+    selector = PromVllmSelector(
+        replica_label=prometheus.replica_label,
+        matchers=prometheus.matchers,
+        health_matchers=prometheus.health_matchers,
+        window_s=prometheus.rate_window_s,
+    )
+    source = PrometheusVllmSource(prometheus.url, selector)
+    return [PrometheusVllmProbe(r.name, source) for r in replicas]
 
 
 def k8s_probe_of(env: K8sEnvironment) -> K8sProbe:

@@ -37,6 +37,9 @@ class LocalEnvConfig:
     # GCS fault tolerance, as KubeRay's: the head's GCS keeps its state in a Redis server of
     # its own (the distribution's redis-server), so a restarted GCS finds the cluster again.
     gcs_ft: bool = False
+    # A real Prometheus (the distribution's) scraping the replicas and Ray; the runs then read
+    # their vLLM probes through PromQL, as on a cluster with prometheus.url set.
+    prometheus: bool = False
     model: TinyModelSpec = field(default_factory=TinyModelSpec)
 
     @property

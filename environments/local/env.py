@@ -19,13 +19,16 @@ from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.extra import require_local_extra
 from inferchaos.environments.local.model import ensure_model
 from inferchaos.environments.local.progress_check import OVERRIDE_FILE, HealthCheck, health_check_in_force
+from inferchaos.environments.local.prometheus_server import prometheus_path, start_prometheus
 from inferchaos.environments.local.ray_cluster import (
     NODE_IP,
     NODE_RESOURCE_PREFIX,
     NodeSpec,
     add_worker_node,
+    prometheus_port,
     ray_process_env,
     redis_port,
+    refresh_scrape_targets,
     start_node,
     wait_for_head,
     worker_spec,
@@ -220,6 +223,8 @@ class LocalEnvironment:
         cfg.validate()
         if cfg.gcs_ft:
             redis_server_path()  # one line naming what to install, before anything starts
+        if cfg.prometheus:
+            prometheus_path()
         if self.is_recorded():
             state = self.load_state()
             if state.ready and pid_alive(state.nodes[0].pid):
@@ -227,6 +232,11 @@ class LocalEnvironment:
                     raise ConfigError(
                         "the local environment is already up without --gcs-ft; "
                         "take it down (`inferchaos env down`) and start it with --gcs-ft"
+                    )
+                if cfg.prometheus and state.prometheus is None:
+                    raise ConfigError(
+                        "the local environment is already up without --prometheus; "
+                        "take it down (`inferchaos env down`) and start it with --prometheus"
                     )
                 self._progress("local environment is already up")
                 return self.status()
@@ -266,6 +276,8 @@ class LocalEnvironment:
         started = time.monotonic()
         try:
             self._start_ray(state, token)
+            if cfg.prometheus:
+                self._start_prometheus(state)
             self._deploy_replicas(state, started)
         except BaseException as e:
             # Whatever went wrong (Ctrl-C included), nothing started may outlive the attempt.
@@ -289,6 +301,11 @@ class LocalEnvironment:
             raise EnvironmentStartError(
                 f"port {redis_port(cfg.port_slot)} for the GCS's Redis is already in use "
                 "(another --gcs-ft environment with the same port_slot?)"
+            )
+        if cfg.prometheus and not port_is_free(prometheus_port(cfg.port_slot)):
+            raise EnvironmentStartError(
+                f"port {prometheus_port(cfg.port_slot)} for the environment's Prometheus is already in use "
+                "(another --prometheus environment with the same port_slot?)"
             )
         for slot in range(cfg.workers):
             port = cfg.replica_base_port + slot
@@ -341,6 +358,17 @@ class LocalEnvironment:
             state.nodes.append(node)
             state.save()
             self.wait_for_alive_nodes(state, index + 1, timeout_s=60)
+
+    def _start_prometheus(self, state: LocalEnvState) -> None:
+        self._progress("starting prometheus to scrape the replicas and Ray")
+        state.prometheus = start_prometheus(
+            prometheus_port(state.config.port_slot),
+            Path(state.ray_temp_dir) / "prometheus",
+            {**os.environ, ENV_MARKER: state.env_id},
+            state.logs_dir,
+        )
+        state.save()
+        refresh_scrape_targets(state)
 
     def wait_for_alive_nodes(self, state: LocalEnvState, count: int, timeout_s: float) -> list[NodeStatus]:
         """Poll Ray until ``count`` nodes are ALIVE, showing progress."""
@@ -506,6 +534,11 @@ class LocalEnvironment:
         redis = same_process(state.redis.pid, state.redis.create_time) if state.redis else None
         if redis is not None:
             procs[redis.pid] = redis
+        prometheus = (
+            same_process(state.prometheus.pid, state.prometheus.create_time) if state.prometheus else None
+        )
+        if prometheus is not None:
+            procs[prometheus.pid] = prometheus
         self._progress(f"stopping {len(procs)} process(es) of the local environment")
         ended = end_processes(list(procs.values()), grace_s=5.0)
         # Anything that escaped its parent meanwhile (an orphaned vLLM worker) is found by marker.
@@ -555,4 +588,5 @@ class LocalEnvironment:
                 max_model_len=state.config.model.max_model_len,
                 path=state.model_dir,
             ),
+            prometheus=state.prometheus.status() if state.prometheus else None,
         )

@@ -15,6 +15,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferchaos.environments.local.prometheus_server import (
+    HEALTH_JOB,
+    RAY_JOB,
+    VLLM_JOB,
+    Target,
+    replica_targets,
+    write_targets,
+)
 from inferchaos.environments.local.redis_store import gcs_ft_env
 from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.errors import EnvironmentStartError
@@ -52,6 +60,7 @@ SERVICE_PORTS_PER_SLOT = 200
 MAX_NODE_INDEX = 12
 # Above the blocks of nodes 0..MAX_NODE_INDEX (offsets 0..129), within the slot's 200 ports.
 REDIS_PORT_OFFSET = 190
+PROMETHEUS_PORT_OFFSET = 191
 MAX_PORT_SLOT = 1
 
 
@@ -121,6 +130,11 @@ def allocate_ports(index: int, is_head: bool, port_slot: int = 0) -> NodePorts:
     if is_head:
         ports.gcs, ports.dashboard, ports.ray_client_server = block[6], block[7], block[8]
     return ports
+
+
+def prometheus_port(port_slot: int = 0) -> int:
+    """The environment's Prometheus port (``--prometheus``), beside the Redis port."""
+    return SERVICE_PORT_BASE + port_slot * SERVICE_PORTS_PER_SLOT + PROMETHEUS_PORT_OFFSET
 
 
 def redis_port(port_slot: int = 0) -> int:
@@ -235,6 +249,20 @@ def worker_spec(state: LocalEnvState, index: int) -> NodeSpec:
     )
 
 
+def refresh_scrape_targets(state: LocalEnvState) -> None:
+    """Point the environment's Prometheus (``--prometheus``) at every replica slot and live Ray node."""
+    if state.prometheus is None:
+        return
+    targets_dir = Path(state.prometheus.targets_dir)
+    replicas = {f"replica-{slot}": state.config.replica_base_port + slot for slot in state.replica_slots}
+    write_targets(targets_dir, VLLM_JOB, replica_targets(replicas))
+    write_targets(targets_dir, HEALTH_JOB, replica_targets(replicas))
+    nodes = [
+        Target(f"{NODE_IP}:{n.ports.metrics_export}", {"node": n.name}) for n in state.nodes if not n.lost
+    ]
+    write_targets(targets_dir, RAY_JOB, nodes)
+
+
 def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
     """Start a replacement (or extra) worker node, as an autoscaler would, and record it."""
     index = next_worker_index(state)
@@ -249,4 +277,5 @@ def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
     )
     state.nodes.append(record)
     state.save()
+    refresh_scrape_targets(state)
     return record

@@ -15,10 +15,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from inferchaos.errors import ConfigError, EnvironmentStartError
-from inferchaos.primitives.processes import spawn_process_group, wait_for_port
+from inferchaos.primitives.processes import spawn_server, wait_for_port
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +74,8 @@ def start_redis(
     server = redis_server_path()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = logs_dir / "redis.log"
-    pid = spawn_process_group(redis_argv(server, port, data_dir), env, log_path)
+    pid, created = spawn_server(redis_argv(server, port, data_dir), env, log_path)
     logger.info("started redis-server on %s:%d (pid %d)", REDIS_HOST, port, pid)
-    try:
-        created = psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess as e:
-        raise EnvironmentStartError(f"redis-server exited at once; see {log_path}") from e
     record = RedisRecord(pid=pid, port=port, log_path=str(log_path), create_time=created)
     if not wait_for_port(port, timeout_s, REDIS_HOST):
         raise EnvironmentStartError(

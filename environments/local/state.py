@@ -9,6 +9,7 @@ from pathlib import Path
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.model import TinyModelSpec
+from inferchaos.environments.local.prometheus_server import PrometheusRecord
 from inferchaos.environments.local.redis_store import RedisRecord
 from inferchaos.errors import EnvironmentNotUp
 from inferchaos.paths import local_env_dir
@@ -37,6 +38,8 @@ class LocalEnvState:
     ready: bool = False
     # The GCS's external storage, with --gcs-ft only.
     redis: RedisRecord | None = None
+    # The Prometheus that scrapes it, with --prometheus only.
+    prometheus: PrometheusRecord | None = None
 
     @property
     def token_path(self) -> Path:
@@ -91,6 +94,7 @@ class LocalEnvState:
         )
         data["nodes"] = [RayNodeRecord.from_dict(n) for n in data["nodes"]]
         data["redis"] = RedisRecord(**data["redis"]) if data.get("redis") else None
+        data["prometheus"] = PrometheusRecord(**data["prometheus"]) if data.get("prometheus") else None
         return cls(**data)
 
 

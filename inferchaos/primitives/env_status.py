@@ -63,6 +63,21 @@ class ModelStatus:
 
 
 @dataclass
+class PrometheusStatus:
+    """Where the environment's Prometheus answers, and how its series name the vLLM replicas.
+
+    ``matchers`` select the replicas' ``/metrics`` series (``job="vllm"``); ``health_matchers``,
+    where a job scrapes each replica's ``/health``, select that job's ``up``.
+    """
+
+    url: str
+    replica_label: str = "pod"
+    matchers: str = ""
+    health_matchers: str | None = None
+    rate_window_s: float = 60.0
+
+
+@dataclass
 class EnvStatus:
     """What `inferchaos env status --json` prints; the keys are a contract for users' scripts."""
 
@@ -72,6 +87,8 @@ class EnvStatus:
     vllm: VllmStatus
     front_door: FrontDoorStatus
     model: ModelStatus
+    # The probes read vLLM through it when set (`env up --prometheus`, a config's prometheus.url).
+    prometheus: PrometheusStatus | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

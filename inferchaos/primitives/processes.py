@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from inferchaos.errors import FaultError
+from inferchaos.errors import EnvironmentStartError, FaultError
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,20 @@ def spawn_process_group(
     # process (env down, a fault) ends it by pid. Mark it returned so Python does not warn.
     proc.returncode = 0
     return proc.pid
+
+
+def spawn_server(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> tuple[int, float]:
+    """Start a server as its own process group; its pid and start time.
+
+    The start time is what `env down` checks before it ends the pid again later (a server that
+    retitles itself cannot be found by its environment marker, and a pid is reused).
+    EnvironmentStartError when it exited at once.
+    """
+    pid = spawn_process_group(argv, env, log_path)
+    try:
+        return pid, psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess as e:
+        raise EnvironmentStartError(f"{Path(argv[0]).name} exited at once; see {log_path}") from e
 
 
 @dataclass

@@ -1,0 +1,123 @@
+"""`env up --prometheus`: what it asks of the machine, what it scrapes, and what it records.
+
+The real Prometheus scraping the real replicas is tests/integration/test_prometheus_backend.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.prometheus_server import (
+    HEALTH_JOB,
+    RAY_JOB,
+    VLLM_JOB,
+    PrometheusRecord,
+    Target,
+    scrape_config,
+    write_targets,
+)
+from inferchaos.environments.local.ray_cluster import (
+    MAX_NODE_INDEX,
+    SERVICE_PORT_BASE,
+    SERVICE_PORTS_PER_NODE,
+    SERVICE_PORTS_PER_SLOT,
+    prometheus_port,
+    redis_port,
+    refresh_scrape_targets,
+)
+from inferchaos.environments.local.state import LocalEnvState
+from inferchaos.primitives.ray_nodes import NodePorts, RayNodeRecord
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_env_up_prometheus_without_prometheus_says_what_to_install_and_starts_nothing(tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    assert shutil.which("prometheus", path=str(bare)) is None
+    result = subprocess.run(
+        [sys.executable, "-m", "inferchaos.experiments.cli", "env", "up", "--prometheus"],
+        env={**os.environ, "INFERCHAOS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO), "PATH": str(bare)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1 and "apt-get install prometheus" in lines[0], result.stderr
+    assert not (tmp_path / "home" / "env" / "local" / "state.json").exists()
+
+
+def test_every_job_scrapes_each_second_and_gives_up_on_a_target_within_its_tick(tmp_path: Path) -> None:
+    config = scrape_config(tmp_path)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {VLLM_JOB, HEALTH_JOB, RAY_JOB}
+    assert jobs[HEALTH_JOB]["metrics_path"] == "/health", "the health job's up is the replica's /health"
+    for name, job in jobs.items():
+        # Prometheus refuses fractional durations ("0.8s"): whole milliseconds.
+        assert job["scrape_interval"] == "1000ms" and job["scrape_timeout"] == "800ms"
+        assert job["file_sd_configs"][0]["files"] == [str(tmp_path / f"{name}.json")]
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="the distribution's prometheus (promtool) is not installed"
+)
+def test_the_real_promtool_accepts_the_scrape_config(tmp_path: Path) -> None:
+    for job in (VLLM_JOB, HEALTH_JOB, RAY_JOB):
+        write_targets(tmp_path, job, [Target("127.0.0.1:8100", {"replica": "replica-0"})])
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump(scrape_config(tmp_path)))
+    checked = subprocess.run(
+        ["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "WARNING" not in checked.stdout, checked.stdout
+
+
+def test_the_prometheus_port_is_its_own_within_the_slot() -> None:
+    for slot in (0, 1):
+        base = SERVICE_PORT_BASE + slot * SERVICE_PORTS_PER_SLOT
+        last_node_port = base + (MAX_NODE_INDEX + 1) * SERVICE_PORTS_PER_NODE - 1
+        assert last_node_port < prometheus_port(slot) < base + SERVICE_PORTS_PER_SLOT
+        assert prometheus_port(slot) != redis_port(slot)
+
+
+def _node(name: str, index: int, lost: bool = False) -> RayNodeRecord:
+    ports = NodePorts(
+        node_manager=0, object_manager=0, metrics_export=62000 + index, dashboard_agent_listen=0,
+        dashboard_agent_grpc=0, runtime_env_agent=0, min_worker=0, max_worker=0,
+    )  # fmt: skip
+    return RayNodeRecord(
+        name=name, pid=1, is_head=index == 0, num_cpus=1, num_gpus=0, ports=ports, log_path="", lost=lost
+    )
+
+
+def test_the_targets_are_every_replica_slot_by_name_and_every_node_not_lost(tmp_path: Path) -> None:
+    record = PrometheusRecord(pid=7, port=61191, log_path="p.log", targets_dir=str(tmp_path), create_time=2.5)
+    state = LocalEnvState(
+        env_id="e1", created_at=0.0, config=LocalEnvConfig(prometheus=True), state_dir=str(tmp_path),
+        ray_temp_dir=str(tmp_path / "ray"), ray_address="127.0.0.2:61006", dashboard_url="http://127.0.0.1:61007",
+        front_door_url="http://127.0.0.1:8000", model_dir="", served_model_name="tiny",
+        nodes=[_node("head", 0), _node("worker-1", 1, lost=True), _node("worker-3", 3)], prometheus=record,
+    )  # fmt: skip
+    refresh_scrape_targets(state)
+    replicas = json.loads((tmp_path / f"{VLLM_JOB}.json").read_text())
+    assert replicas == [
+        {"targets": ["127.0.0.1:8100"], "labels": {"replica": "replica-0"}},
+        {"targets": ["127.0.0.1:8101"], "labels": {"replica": "replica-1"}},
+    ]
+    assert json.loads((tmp_path / f"{HEALTH_JOB}.json").read_text()) == replicas
+    nodes = json.loads((tmp_path / f"{RAY_JOB}.json").read_text())
+    assert [g["labels"]["node"] for g in nodes] == ["head", "worker-3"], "a lost node is no target"
+    assert nodes[1]["targets"] == ["127.0.0.2:62003"]
+    state.save()
+    loaded = LocalEnvState.load(tmp_path)
+    assert loaded.prometheus == record and loaded.config.prometheus
+    assert loaded.prometheus.status().url == "http://127.0.0.1:61191"
