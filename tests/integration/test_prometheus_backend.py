@@ -125,8 +125,20 @@ def test_promql_probes_agree_with_direct_scraping_within_one_scrape_interval(
     # counters through Prometheus are exactly its own, not its peer's.
     for _ in range(2):
         stream_completion(replicas[0].url, status.model.name, "only replica-0 hears this", max_tokens=8)
-    time.sleep(SCRAPE_INTERVAL_S * 2.5)
+    # vLLM counts a request's tokens shortly after its stream ends (a scrape begun just after the
+    # last request still missed its 9 tokens): wait for the scrape after the next one.
+    settled = time.time() + SCRAPE_INTERVAL_S
+    scraped = wait_until(lambda: _scraped_since(prometheus.url, settled, len(replicas)), 15.0, 0.25)
+    assert scraped is not None, "Prometheus did not scrape every replica after the last request"
     asyncio.run(_settled(prometheus, replicas))
+
+
+def _scraped_since(url: str, since: float, count: int) -> bool:
+    """Whether each replica's latest scrape began after ``since`` (``timestamp(up)`` is its start)."""
+    query = f'timestamp(up{{job="{VLLM_JOB}"}} == 1) > {since}'
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=5.0).json()
+    names = {r["metric"].get("replica") for r in answer["data"]["result"]}
+    return len(names - {"replica-9"}) >= count
 
 
 async def _settled(prometheus: PrometheusRecord, replicas: list[ReplicaStatus]) -> None:
