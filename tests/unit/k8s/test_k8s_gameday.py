@@ -262,18 +262,21 @@ def test_gameday_controls_pass_the_day_only_when_every_control_fails_for_its_rea
     out = tmp_path / "reports"
     argv = ["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out),
             "--interval", "0.25", "--controls"]  # fmt: skip
-    assert _cli(argv, monkeypatch) == 0, capsys.readouterr()
+    code = _cli(argv, monkeypatch)
+    printed = capsys.readouterr().out
     verdicts = {
         p.parent.name.split("-", 2)[2]: json.loads(p.read_text())
         for p in out.glob("gameday-*/*/verdict.json")
     }
+    # Each run's verdict in a line: a CaptureResult as the message would be cut to 240 characters.
+    assert code == 0, "\n".join(f"{name}: {v['status']}: {v['reason']} {v.get('control') or ''}"
+                                 for name, v in sorted(verdicts.items()))  # fmt: skip
     for name in K8S_SUITE:
         assert verdicts[name]["status"] == "passed", verdicts[name]["reason"]
         control = verdicts[f"{name}.control"]
         assert control["status"] == "failed", control["reason"]
         assert control["triage"]["layer"] == "k8s"
         assert control["control"]["result"] == "failed_as_expected", control["control"]
-    printed = capsys.readouterr().out
     assert printed.count("control: failed as expected") >= len(K8S_SUITE)
     assert Ledger().entries() == []
     assert k8s_state(quiet_cluster) == before
