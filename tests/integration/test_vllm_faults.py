@@ -31,16 +31,20 @@ def test_kv_flood_saturates_the_cache_and_the_queue_drains_after_revert(
     print("flood plan:", plan.description)
 
     handle = fault.inject(local_env, {"target": "replica-0"}, ledger)
-    evidence = fault.evidence(local_env, handle)
-    print("flood evidence:", evidence)
-    assert evidence.bit, evidence.reason
-    assert evidence.symptoms["max_kv_cache_usage"] >= 0.9
-    assert evidence.symptoms["saturated_after_s"] is not None
-    assert evidence.symptoms["max_waiting"] > 0 or evidence.symptoms["preemptions"] > 0
-    before, during = evidence.symptoms["probe_ttft_before_s"], evidence.symptoms["probe_ttft_during_s"]
-    assert before is not None and during is not None and during > before, (before, during)
-
-    fault.revert(local_env, handle, ledger)
+    try:
+        evidence = fault.evidence(local_env, handle)
+        print("flood evidence:", evidence)
+        assert evidence.bit, evidence.reason
+        assert evidence.symptoms["saturated_after_s"] is not None
+        assert evidence.symptoms["max_waiting"] > 0 or evidence.symptoms["preemptions"] > 0
+        before, during = evidence.symptoms["probe_ttft_before_s"], evidence.symptoms["probe_ttft_during_s"]
+        assert before is not None and during is not None and during > before, (before, during)
+        # inject returns once the cache holds 0.85 (the fault's own bar; a fresh-clone run read
+        # 0.87 then); the cache fills further as the admitted prompts decode.
+        full = wait_until(lambda: fault.evidence(local_env, handle).symptoms["max_kv_cache_usage"] >= 0.9, 20)
+        assert full is not None, fault.evidence(local_env, handle).symptoms
+    finally:
+        fault.revert(local_env, handle, ledger)
     after = fault.evidence(local_env, handle)
     print("flood evidence after revert:", after)
     assert after.symptoms["queue_drained_after_s"] is not None, "the queue must drain after revert"
