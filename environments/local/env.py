@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 
@@ -170,15 +171,34 @@ def _leave_any_driver() -> None:
 
 
 def _disconnect_driver(state: RayEndpoints) -> None:
-    """Stop being a driver of this cluster before it goes, so Ray does not poll a dead GCS."""
+    """Stop being a driver of this cluster before it goes: a driver whose GCS is gone ends its
+    whole process after Ray's reconnect timeout (60 s), silently, with exit code 1.
+
+    The driver is known by the GCS it is connected to, not only by who connected it: another
+    environment object of the same cluster (a kind or cluster config pointing at this Ray)
+    connects it under its own name.
+    """
     import sys
 
     if "ray" not in sys.modules:
         return
     import ray
 
-    if ray.is_initialized() and _driver_env_id == state.env_id:
+    if not ray.is_initialized():
+        return
+    if _driver_env_id == state.env_id or _connected_gcs(ray) in (state.ray_address, None):
         ray.shutdown()
+
+
+def _connected_gcs(ray: ModuleType) -> str | None:
+    """The GCS address this process's driver is connected to; None when Ray cannot say."""
+    from ray.exceptions import RaySystemError
+
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except (AttributeError, RuntimeError, RaySystemError) as e:
+        logger.debug("the driver's GCS address is unknown: %s", e)
+        return None
 
 
 class LocalEnvironment:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ray
 from env_checks import wait_until_whole
 
 from inferchaos.environments.local.config import LocalEnvConfig
@@ -86,6 +87,10 @@ def gcs_env(
         replace(env_config, gcs_ft=True), state_dir=integration_home / "env" / "local", progress=print
     )
     if not (environment.is_recorded() and environment.load_state().config.gcs_ft):
+        # A driver left connected to the cluster going down ends this whole process 60 s later
+        # (exit 1, no pytest summary), whoever connected it.
+        if ray.is_initialized():
+            ray.shutdown()
         local_env.down()
         environment.up()
     state = environment.load_state()
