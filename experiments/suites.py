@@ -24,6 +24,7 @@ SUITES: dict[str, tuple[str, ...]] = {
         "strict_pg_stall",
         "serve_controller_loss",
         "engine_hang",
+        "slow_replica",
         "engine_death",
         "node_loss",
         "gpu_memory_squat",

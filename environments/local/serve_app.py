@@ -25,7 +25,12 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from inferchaos.environments.local.progress_check import HealthCheck, ProgressWatch, health_check_in_force
+from inferchaos.environments.local.progress_check import (
+    HealthCheck,
+    ProgressWatch,
+    StarvationWatch,
+    health_check_in_force,
+)
 from inferchaos.errors import EnvironmentStartError
 from inferchaos.primitives.memory_budget import (
     MemoryBudget,
@@ -153,6 +158,9 @@ class VLLMReplica:
     def __init__(self, launch: dict[str, Any]) -> None:
         self._launch = ReplicaLaunch(**{**launch, "extra_args": tuple(launch.get("extra_args", ()))})
         self._progress = ProgressWatch()
+        self._starvation = StarvationWatch()
+        # Busy seconds at the last /metrics read: a replica idle since then owes nothing.
+        self._busy_read = 0.0
         replicas_dir = Path(self._launch.state_dir) / "replicas"
         self._replicas_dir = replicas_dir
         self._slot, self._slot_fd = claim_slot(replicas_dir, self._launch.max_slots)
@@ -226,8 +234,11 @@ class VLLMReplica:
 
         A fresh vLLM server answers its first requests slower (measured on 2 cores: 0.1-0.2 s,
         once 1.2 s under load, against 0.03 s warm); a restarted replica's first users would pay it.
+        The CPU its processes took per second of it is the first "best" the starvation check
+        holds the replica to, so that a replica slowed before its first busy stretch is judged.
         """
         body = {"model": self._launch.served_model_name, "prompt": "warm up", "max_tokens": WARM_UP_TOKENS}
+        cpu_before, started = self._cpu_seconds(), time.monotonic()
         with httpx.Client(timeout=WARM_UP_TIMEOUT_S) as client:
             for _ in range(WARM_UP_REQUESTS):
                 try:
@@ -236,6 +247,24 @@ class VLLMReplica:
                     # Serve's health checks judge a server that cannot serve; warming is best effort.
                     logger.warning("%s: warm-up request failed: %s", self._name, e)
                     return
+        self._starvation.seed(self._cpu_seconds() - cpu_before, time.monotonic() - started)
+        logger.info("%s: warm-up took %s CPU cores", self._name, self._starvation.best_cores)
+
+    def _cpu_seconds(self) -> float:
+        """CPU seconds (user + system) of the vLLM server and its EngineCore/Worker children so far."""
+        try:
+            root = psutil.Process(self._pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for proc in tree:
+            try:
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue  # a child gone since: its seconds go with it (the check sees counters go back)
+            total += times.user + times.system
+        return total
 
     def _server_alive(self) -> bool:
         """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
@@ -303,7 +332,8 @@ class VLLMReplica:
         """Serve calls this periodically; raising makes Serve replace the replica.
 
         The plain check forwards vLLM's /health; the progress check (the default) also fails
-        a replica whose requests make no progress (environments/local/progress_check.py).
+        a replica whose requests make no progress, or that gets a fraction of the CPU it takes
+        at full speed while it has requests to serve (environments/local/progress_check.py).
         """
         if not self._server_alive():
             raise RuntimeError(f"{self._name}: vLLM server pid {self._pid} is gone")
@@ -311,17 +341,26 @@ class VLLMReplica:
         if response.status_code != 200:
             raise RuntimeError(f"{self._name}: vLLM /health answered {response.status_code}")
         now = time.monotonic()
-        if not self._progress.suspect(now):
+        suspect = self._progress.suspect(now)
+        busy = self._progress.busy_total(now)
+        if not suspect and busy == self._busy_read:
             return
         in_force = health_check_in_force(Path(self._launch.state_dir), self._launch.health_check)
         if in_force is HealthCheck.PLAIN:
+            # What the replica got while nobody judged it must not be judged once the check is back.
+            self._starvation.restart()
             return
+        self._busy_read = busy
         metrics = await self._client.get("/metrics", timeout=HEALTH_READ_TIMEOUT_S)
         # vLLM's counters of work done; a hung EngineCore freezes both.
         snapshot = parse_metrics(metrics.text)
-        stalled = self._progress.stalled(now, snapshot.prompt_tokens_total + snapshot.generation_tokens_total)
+        tokens = snapshot.prompt_tokens_total + snapshot.generation_tokens_total
+        stalled = self._progress.stalled(now, tokens) if suspect else None
         if stalled:
             raise RuntimeError(f"{self._name}: hung: {stalled}")
+        starved = self._starvation.judge(busy, self._cpu_seconds(), tokens)
+        if starved:
+            raise RuntimeError(f"{self._name}: {starved}")
 
     def __del__(self) -> None:
         # Serve calls __del__ on graceful shutdown: the vLLM group must not outlive its replica.

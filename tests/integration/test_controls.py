@@ -32,6 +32,7 @@ EXPECTED = {
     "gpu_memory_squat": "device",
     "serve_controller_loss": "ray",
     "engine_hang": "vllm",
+    "slow_replica": "vllm",
     "engine_death": "vllm",
     "node_loss": "ray",
 }

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.integration
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 # In the default suite's order: the scenarios that replace a node or a replica's device come last.
-SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "serve_controller_loss", "engine_hang", "engine_death",
-             "node_loss", "gpu_memory_squat"]  # fmt: skip
+SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "serve_controller_loss", "engine_hang", "slow_replica",
+             "engine_death", "node_loss", "gpu_memory_squat"]  # fmt: skip
 
 
 def _inferchaos(args: list[str], home: Path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:

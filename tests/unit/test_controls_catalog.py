@@ -16,6 +16,7 @@ EXPECTED_LAYER = {
     "node_loss": Layer.RAY,
     "serve_controller_loss": Layer.RAY,
     "engine_hang": Layer.VLLM,
+    "slow_replica": Layer.VLLM,
     "engine_death": Layer.VLLM,
     "gcs_loss": Layer.RAY,
     "gpu_memory_squat": Layer.DEVICE,

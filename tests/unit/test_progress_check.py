@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from inferchaos.environments.local.progress_check import ProgressWatch
+import pytest
+
+from inferchaos.environments.local.progress_check import ProgressWatch, StarvationWatch
 
 
 def test_an_idle_replica_is_never_judged() -> None:
@@ -60,3 +62,61 @@ def test_a_finished_request_is_progress_and_never_leaves_a_negative_count() -> N
     watch.finished(9.0)
     assert watch.in_flight == 0
     assert not watch.suspect(100.0)
+
+
+def test_busy_time_counts_only_stretches_with_requests_in_flight() -> None:
+    watch = ProgressWatch()
+    watch.started(10.0)
+    watch.started(11.0)
+    watch.finished(12.0)
+    assert watch.busy_total(13.0) == 3.0, "one request still in flight"
+    watch.finished(14.0)
+    watch.started(100.0)
+    assert watch.busy_total(101.5) == 5.5, "the idle 86 s are not busy"
+
+
+def _judge_stretch(watch: StarvationWatch, start: tuple[float, float, float], cores: float,
+                   busy_s: float, tokens_per_s: float = 50.0) -> list[str | None]:  # fmt: skip
+    """Reads once per busy second from ``start`` (busy s, CPU s, tokens) with ``cores`` of CPU."""
+    busy, cpu, tokens = start
+    verdicts = []
+    for _ in range(int(busy_s)):
+        busy, cpu, tokens = busy + 1, cpu + cores, tokens + tokens_per_s
+        verdicts.append(watch.judge(busy, cpu, tokens))
+    return verdicts
+
+
+def test_a_replica_getting_a_tenth_of_its_cpu_is_starved_once_a_stretch_is_judged() -> None:
+    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
+    watch.seed(cpu_s=0.95, wall_s=1.0)
+    assert _judge_stretch(watch, (0, 0, 0), cores=1.0, busy_s=5) == [None] * 5
+    verdicts = _judge_stretch(watch, (5, 5.0, 250), cores=0.1, busy_s=6)
+    # The stretch judged is the last 3 busy seconds: starved once they are all slow.
+    assert verdicts[:2] == [None, None]
+    assert all(v is not None and "starved: 0.10 CPU cores" in v and "1.00 it had" in v for v in verdicts[3:])
+
+
+def test_a_busy_machine_sharing_its_cores_starves_no_replica() -> None:
+    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
+    watch.seed(cpu_s=1.0, wall_s=1.0)
+    # Two replicas, the flood and a CPU hog on 2 cores: each replica gets about half a core.
+    assert _judge_stretch(watch, (0, 0, 0), cores=0.45, busy_s=30) == [None] * 30
+
+
+def test_cpu_without_any_token_is_a_hang_for_the_stall_check_not_starvation() -> None:
+    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
+    watch.seed(cpu_s=1.0, wall_s=1.0)
+    assert _judge_stretch(watch, (0, 0, 0), cores=0.0, busy_s=10, tokens_per_s=0) == [None] * 10
+
+
+def test_the_best_stretch_is_the_reference_and_a_replaced_server_starts_a_new_stretch() -> None:
+    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
+    # Without a warm-up, the first stretch is the reference.
+    assert _judge_stretch(watch, (0, 0, 0), cores=0.8, busy_s=4) == [None] * 4
+    assert watch.best_cores == pytest.approx(0.8)
+    # The server was replaced: its counters start again; nothing is judged across the change.
+    assert watch.judge(1.0, 0.1, 5.0) is None
+    assert _judge_stretch(watch, (1.0, 0.1, 5.0), cores=0.1, busy_s=2) == [None, None]
+    assert _judge_stretch(watch, (3.0, 0.3, 105.0), cores=0.1, busy_s=1)[0] is not None
+    watch.restart()
+    assert watch.judge(10.0, 2.0, 500.0) is None, "a restarted check judges no stretch at its first read"

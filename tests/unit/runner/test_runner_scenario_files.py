@@ -26,7 +26,7 @@ SCENARIOS = sorted((REPO / "experiments").glob("*.yaml"))
 K8S_SCENARIOS = {"anti_affinity_pending", "gpu_ledger_squat", "k8s_node_loss"}
 
 
-def test_there_are_twelve_scenarios() -> None:
+def test_there_are_thirteen_scenarios() -> None:
     assert [p.stem for p in SCENARIOS] == [
         "actor_leak",
         "anti_affinity_pending",
@@ -39,6 +39,7 @@ def test_there_are_twelve_scenarios() -> None:
         "kv_flood",
         "node_loss",
         "serve_controller_loss",
+        "slow_replica",
         "strict_pg_stall",
     ]
 

@@ -49,6 +49,7 @@ def test_the_scenarios_that_strike_one_replica_are_found() -> None:
     assert {spec.name: struck_replica(spec) for spec in ONE_REPLICA} == {
         "engine_death": "replica-0",
         "engine_hang": "replica-0",
+        "slow_replica": "replica-0",
         "gpu_memory_squat": "replica-1",
         "node_loss": "replica-1",
     }
