@@ -116,59 +116,76 @@ class ProgressWatch:
 
 
 # A replica is starved when, over its last JUDGE_BUSY_S seconds with requests in flight, its
-# vLLM processes got less than STARVED_FRACTION of the CPU per busy second they got at their
-# best. A busy vLLM-cpu engine (OMP_NUM_THREADS=1) takes about a core; two busy replicas
-# beside the flood, the canary and a CPU hog on 2 cores still get about half of one, while a
-# replica slowed tenfold gets a tenth of what it had. Measured in experiments/slow_replica.yaml.
-STARVED_FRACTION = 0.25
+# vLLM processes got less than STARVED_CORES of CPU per busy second while the machine left at
+# least IDLE_CORES idle: the CPU was there and the replica did not get it (a quota, a stop and
+# continue cycle). A busy vLLM-cpu engine takes 1.2-1.8 cores when it can (measured on 2
+# cores); a replica slowed tenfold gets a tenth of that. A busy machine (a flood, a CPU hog,
+# a replacement loading its model) leaves nothing idle and starves no replica: it is the
+# machine that is slow then, and taking a replica out would not help. Measured in
+# experiments/slow_replica.yaml.
+STARVED_CORES = 0.3
+IDLE_CORES = 0.5
 JUDGE_BUSY_S = 3.0
+
+
+@dataclass(frozen=True)
+class CpuRead:
+    """One read of the counters the starvation check compares (seconds, tokens)."""
+
+    wall_s: float
+    busy_s: float
+    cpu_s: float
+    machine_idle_s: float
+    tokens: float
 
 
 @dataclass
 class StarvationWatch:
-    """One replica's CPU seconds per busy second, against the most it had (the fail-slow check)."""
+    """One replica's CPU per busy second while the machine had CPU to spare (the fail-slow check)."""
 
-    fraction: float = STARVED_FRACTION
+    starved_cores: float = STARVED_CORES
+    idle_cores: float = IDLE_CORES
     judge_busy_s: float = JUDGE_BUSY_S
-    # The best CPU per busy second of any stretch judged so far; None before the first.
-    best_cores: float | None = None
-    # (busy seconds, CPU seconds, token counters) at each read of the stretch being judged.
-    _reads: deque[tuple[float, float, float]] = field(default_factory=deque)
+    # The lowest CPU per busy second judged since :meth:`take_lowest` last asked (for the log).
+    lowest_cores: float | None = None
+    _reads: deque[CpuRead] = field(default_factory=deque)
 
-    def seed(self, cpu_s: float, wall_s: float) -> None:
-        """A stretch busy throughout (the warm-up): ``cpu_s`` CPU seconds in ``wall_s``."""
-        if wall_s > 0:
-            self.best_cores = max(self.best_cores or 0.0, cpu_s / wall_s)
+    def take_lowest(self) -> float | None:
+        """The lowest CPU per busy second judged since the last call; None when none was."""
+        lowest, self.lowest_cores = self.lowest_cores, None
+        return lowest
 
     def restart(self) -> None:
-        """Forget the stretch under way (the check was off, or the server was replaced)."""
+        """Forget the stretch under way (the check was off meanwhile)."""
         self._reads.clear()
 
-    def judge(self, busy_s: float, cpu_s: float, tokens: float) -> str | None:
-        """Why the replica is starved, given its busy seconds, its vLLM processes' CPU seconds
-        and vLLM's token counters now; None while it gets its CPU, or with too little busy time
-        to judge (the last ``judge_busy_s`` of it are judged, read by read).
+    def judge(self, read: CpuRead) -> str | None:
+        """Why the replica is starved, given this read; None while it gets its CPU, while the
+        machine has none to spare, or with too little busy time to judge (the last
+        ``judge_busy_s`` of it are judged, read by read).
 
         No token at all is a hang, the stall check's to judge, not a starved replica.
         """
         reads = self._reads
-        if reads and (busy_s < reads[-1][0] or cpu_s < reads[-1][1] or tokens < reads[-1][2]):
+        last = reads[-1] if reads else None
+        if last is not None and (
+            read.busy_s < last.busy_s or read.cpu_s < last.cpu_s or read.tokens < last.tokens
+        ):
             reads.clear()  # counters went back: a new server
-        reads.append((busy_s, cpu_s, tokens))
+        reads.append(read)
         # Keep the newest read that is at least judge_busy_s of busy time old: the stretch's start.
-        while len(reads) > 1 and busy_s - reads[1][0] >= self.judge_busy_s:
+        while len(reads) > 1 and read.busy_s - reads[1].busy_s >= self.judge_busy_s:
             reads.popleft()
-        busy0, cpu0, tokens0 = reads[0]
-        busy = busy_s - busy0
-        if busy < self.judge_busy_s or tokens == tokens0:
+        first = reads[0]
+        busy, wall = read.busy_s - first.busy_s, read.wall_s - first.wall_s
+        if busy < self.judge_busy_s or wall <= 0 or read.tokens == first.tokens:
             return None
-        cores = (cpu_s - cpu0) / busy
-        if self.best_cores is None or cores > self.best_cores:
-            self.best_cores = cores
-            return None
-        if cores >= self.fraction * self.best_cores:
+        cores = (read.cpu_s - first.cpu_s) / busy
+        idle = (read.machine_idle_s - first.machine_idle_s) / wall
+        self.lowest_cores = cores if self.lowest_cores is None else min(self.lowest_cores, cores)
+        if cores >= self.starved_cores or idle < self.idle_cores:
             return None
         return (
             f"starved: {cores:.2f} CPU cores per busy second over its last {busy:.1f} busy s, "
-            f"below {self.fraction:g} x the {self.best_cores:.2f} it had at its best"
+            f"while the machine left {idle:.2f} cores idle"
         )

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from inferchaos.environments.local.progress_check import (
+    CpuRead,
     HealthCheck,
     ProgressWatch,
     StarvationWatch,
@@ -55,6 +56,7 @@ WARM_UP_REQUESTS = 3
 WARM_UP_TOKENS = 4
 WARM_UP_TIMEOUT_S = 30.0
 HEALTH_READ_TIMEOUT_S = 3.0
+CPU_LOG_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,12 @@ def _stop_stale_server(replicas_dir: Path, slot: int) -> None:
             continue
 
 
+def _machine_idle_s() -> float:
+    """Idle CPU seconds of the whole machine so far, summed over its CPUs (/proc/stat)."""
+    times = psutil.cpu_times()
+    return float(times.idle + getattr(times, "iowait", 0.0))
+
+
 def _log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -161,6 +169,7 @@ class VLLMReplica:
         self._starvation = StarvationWatch()
         # Busy seconds at the last /metrics read: a replica idle since then owes nothing.
         self._busy_read = 0.0
+        self._cpu_logged = 0.0
         replicas_dir = Path(self._launch.state_dir) / "replicas"
         self._replicas_dir = replicas_dir
         self._slot, self._slot_fd = claim_slot(replicas_dir, self._launch.max_slots)
@@ -234,11 +243,8 @@ class VLLMReplica:
 
         A fresh vLLM server answers its first requests slower (measured on 2 cores: 0.1-0.2 s,
         once 1.2 s under load, against 0.03 s warm); a restarted replica's first users would pay it.
-        The CPU its processes took per second of it is the first "best" the starvation check
-        holds the replica to, so that a replica slowed before its first busy stretch is judged.
         """
         body = {"model": self._launch.served_model_name, "prompt": "warm up", "max_tokens": WARM_UP_TOKENS}
-        cpu_before, started = self._cpu_seconds(), time.monotonic()
         with httpx.Client(timeout=WARM_UP_TIMEOUT_S) as client:
             for _ in range(WARM_UP_REQUESTS):
                 try:
@@ -247,8 +253,6 @@ class VLLMReplica:
                     # Serve's health checks judge a server that cannot serve; warming is best effort.
                     logger.warning("%s: warm-up request failed: %s", self._name, e)
                     return
-        self._starvation.seed(self._cpu_seconds() - cpu_before, time.monotonic() - started)
-        logger.info("%s: warm-up took %s CPU cores", self._name, self._starvation.best_cores)
 
     def _cpu_seconds(self) -> float:
         """CPU seconds (user + system) of the vLLM server and its EngineCore/Worker children so far."""
@@ -358,7 +362,13 @@ class VLLMReplica:
         stalled = self._progress.stalled(now, tokens) if suspect else None
         if stalled:
             raise RuntimeError(f"{self._name}: hung: {stalled}")
-        starved = self._starvation.judge(busy, self._cpu_seconds(), tokens)
+        starved = self._starvation.judge(CpuRead(now, busy, self._cpu_seconds(), _machine_idle_s(), tokens))
+        if now - self._cpu_logged >= CPU_LOG_EVERY_S:
+            lowest = self._starvation.take_lowest()
+            if lowest is not None:
+                # The margin the starvation check had: what its threshold is measured from.
+                logger.info("%s: lowest CPU per busy second %.2f cores", self._name, lowest)
+            self._cpu_logged = now
         if starved:
             raise RuntimeError(f"{self._name}: {starved}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferchaos.environments.local.progress_check import ProgressWatch, StarvationWatch
+from inferchaos.environments.local.progress_check import CpuRead, ProgressWatch, StarvationWatch
 
 
 def test_an_idle_replica_is_never_judged() -> None:
@@ -75,48 +75,58 @@ def test_busy_time_counts_only_stretches_with_requests_in_flight() -> None:
     assert watch.busy_total(101.5) == 5.5, "the idle 86 s are not busy"
 
 
-def _judge_stretch(watch: StarvationWatch, start: tuple[float, float, float], cores: float,
-                   busy_s: float, tokens_per_s: float = 50.0) -> list[str | None]:  # fmt: skip
-    """Reads once per busy second from ``start`` (busy s, CPU s, tokens) with ``cores`` of CPU."""
-    busy, cpu, tokens = start
-    verdicts = []
-    for _ in range(int(busy_s)):
-        busy, cpu, tokens = busy + 1, cpu + cores, tokens + tokens_per_s
-        verdicts.append(watch.judge(busy, cpu, tokens))
+def _judge_stretch(watch: StarvationWatch, start: CpuRead, cores: float, seconds: int, idle_cores: float = 1.5,
+                   tokens_per_s: float = 50.0, busy_fraction: float = 1.0) -> list[str | None]:  # fmt: skip
+    """One read per second from ``start``: the replica gets ``cores``, the machine leaves ``idle_cores`` idle."""
+    read, verdicts = start, []
+    for _ in range(seconds):
+        read = CpuRead(wall_s=read.wall_s + 1, busy_s=read.busy_s + busy_fraction, cpu_s=read.cpu_s + cores,
+                       machine_idle_s=read.machine_idle_s + idle_cores, tokens=read.tokens + tokens_per_s)  # fmt: skip
+        verdicts.append(watch.judge(read))
     return verdicts
 
 
-def test_a_replica_getting_a_tenth_of_its_cpu_is_starved_once_a_stretch_is_judged() -> None:
-    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
-    watch.seed(cpu_s=0.95, wall_s=1.0)
-    assert _judge_stretch(watch, (0, 0, 0), cores=1.0, busy_s=5) == [None] * 5
-    verdicts = _judge_stretch(watch, (5, 5.0, 250), cores=0.1, busy_s=6)
-    # The stretch judged is the last 3 busy seconds: starved once they are all slow.
+ZERO = CpuRead(0, 0, 0, 0, 0)
+
+
+def test_a_replica_getting_a_tenth_of_a_core_beside_idle_cpu_is_starved_once_a_stretch_is_judged() -> None:
+    watch = StarvationWatch(starved_cores=0.3, idle_cores=0.5, judge_busy_s=3)
+    assert _judge_stretch(watch, ZERO, cores=1.4, seconds=5) == [None] * 5
+    verdicts = _judge_stretch(watch, CpuRead(5, 5, 7.0, 7.5, 250), cores=0.12, seconds=6)
+    # The stretch judged is its last 3 busy seconds: starved once most of them are slow.
     assert verdicts[:2] == [None, None]
-    assert all(v is not None and "starved: 0.10 CPU cores" in v and "1.00 it had" in v for v in verdicts[3:])
+    assert all(v is not None and "0.12 CPU cores per busy second" in v and "1.50 cores idle" in v
+               for v in verdicts[3:])  # fmt: skip
+    assert watch.take_lowest() == pytest.approx(0.12)
+    assert watch.take_lowest() is None, "taken: the next log line covers what is judged after it"
 
 
-def test_a_busy_machine_sharing_its_cores_starves_no_replica() -> None:
-    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
-    watch.seed(cpu_s=1.0, wall_s=1.0)
-    # Two replicas, the flood and a CPU hog on 2 cores: each replica gets about half a core.
-    assert _judge_stretch(watch, (0, 0, 0), cores=0.45, busy_s=30) == [None] * 30
+def test_a_busy_machine_starves_no_replica_however_little_cpu_each_gets() -> None:
+    watch = StarvationWatch(starved_cores=0.3, idle_cores=0.5, judge_busy_s=3)
+    # Two replicas, the flood and a CPU hog on 2 cores: nothing idle, every replica gets little.
+    assert _judge_stretch(watch, ZERO, cores=0.2, seconds=30, idle_cores=0.1) == [None] * 30
+
+
+def test_cpu_per_busy_second_ignores_the_idle_time_between_sparse_requests() -> None:
+    watch = StarvationWatch(starved_cores=0.3, idle_cores=0.5, judge_busy_s=3)
+    # A canary request every second keeps the replica busy a tenth of the time, at 1.2 cores then.
+    assert _judge_stretch(watch, ZERO, cores=0.12, seconds=60, busy_fraction=0.1) == [None] * 60
 
 
 def test_cpu_without_any_token_is_a_hang_for_the_stall_check_not_starvation() -> None:
-    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
-    watch.seed(cpu_s=1.0, wall_s=1.0)
-    assert _judge_stretch(watch, (0, 0, 0), cores=0.0, busy_s=10, tokens_per_s=0) == [None] * 10
+    watch = StarvationWatch(starved_cores=0.3, idle_cores=0.5, judge_busy_s=3)
+    assert _judge_stretch(watch, ZERO, cores=0.0, seconds=10, tokens_per_s=0) == [None] * 10
 
 
-def test_the_best_stretch_is_the_reference_and_a_replaced_server_starts_a_new_stretch() -> None:
-    watch = StarvationWatch(fraction=0.25, judge_busy_s=3)
-    # Without a warm-up, the first stretch is the reference.
-    assert _judge_stretch(watch, (0, 0, 0), cores=0.8, busy_s=4) == [None] * 4
-    assert watch.best_cores == pytest.approx(0.8)
-    # The server was replaced: its counters start again; nothing is judged across the change.
-    assert watch.judge(1.0, 0.1, 5.0) is None
-    assert _judge_stretch(watch, (1.0, 0.1, 5.0), cores=0.1, busy_s=2) == [None, None]
-    assert _judge_stretch(watch, (3.0, 0.3, 105.0), cores=0.1, busy_s=1)[0] is not None
+def test_a_replaced_server_or_a_check_turned_back_on_starts_a_new_stretch() -> None:
+    watch = StarvationWatch(starved_cores=0.3, idle_cores=0.5, judge_busy_s=3)
+    _judge_stretch(watch, ZERO, cores=0.1, seconds=4)
+    # The server was replaced: its CPU seconds and token counters start again.
+    restarted = CpuRead(wall_s=5, busy_s=5, cpu_s=0.05, machine_idle_s=7.5, tokens=5)
+    assert watch.judge(restarted) is None
+    assert _judge_stretch(watch, restarted, cores=0.1, seconds=2) == [None, None]
+    assert _judge_stretch(watch, CpuRead(7, 7, 0.25, 10.5, 105), cores=0.1, seconds=1)[0] is not None
     watch.restart()
-    assert watch.judge(10.0, 2.0, 500.0) is None, "a restarted check judges no stretch at its first read"
+    assert watch.judge(CpuRead(20, 20, 2.0, 30, 500)) is None, (
+        "a restarted check judges no stretch at its first read"
+    )
