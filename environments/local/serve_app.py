@@ -336,8 +336,8 @@ class VLLMReplica:
         """Serve calls this periodically; raising makes Serve replace the replica.
 
         The plain check forwards vLLM's /health; the progress check (the default) also fails
-        a replica whose requests make no progress, or that gets a fraction of the CPU it takes
-        at full speed while it has requests to serve (environments/local/progress_check.py).
+        a replica whose requests make no progress, or that is starved of the CPU the machine
+        leaves idle while it has requests to serve (environments/local/progress_check.py).
         """
         if not self._server_alive():
             raise RuntimeError(f"{self._name}: vLLM server pid {self._pid} is gone")
