@@ -42,6 +42,7 @@ from inferchaos.primitives.memory_budget import (
 )
 from inferchaos.primitives.processes import ENV_MARKER, port_is_free, spawn_process_group
 from inferchaos.primitives.replica_slots import ReplicaRecord, claim_slot, read_records
+from inferchaos.primitives.schedstat import TreeSchedCounter
 from inferchaos.primitives.vllm_metrics import parse_metrics
 
 logger = logging.getLogger(__name__)
@@ -144,12 +145,6 @@ def _stop_stale_server(replicas_dir: Path, slot: int) -> None:
             continue
 
 
-def _machine_idle_s() -> float:
-    """Idle CPU seconds of the whole machine so far, summed over its CPUs (/proc/stat)."""
-    times = psutil.cpu_times()
-    return float(times.idle + getattr(times, "iowait", 0.0))
-
-
 def _log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -190,6 +185,7 @@ class VLLMReplica:
             argv = join_command(self._budget, argv)
         self._oom_kills_before = self._budget.oom_kills() if self._budget else 0
         self._pid = spawn_process_group(argv, vllm_env(), log_path)
+        self._sched = TreeSchedCounter(self._pid)
         url = f"http://127.0.0.1:{self._port}"
         self._record = ReplicaRecord(
             name=self._name,
@@ -253,22 +249,6 @@ class VLLMReplica:
                     # Serve's health checks judge a server that cannot serve; warming is best effort.
                     logger.warning("%s: warm-up request failed: %s", self._name, e)
                     return
-
-    def _cpu_seconds(self) -> float:
-        """CPU seconds (user + system) of the vLLM server and its EngineCore/Worker children so far."""
-        try:
-            root = psutil.Process(self._pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return 0.0
-        total = 0.0
-        for proc in tree:
-            try:
-                times = proc.cpu_times()
-            except psutil.NoSuchProcess:
-                continue  # a child gone since: its seconds go with it (the check sees counters go back)
-            total += times.user + times.system
-        return total
 
     def _server_alive(self) -> bool:
         """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
@@ -336,8 +316,8 @@ class VLLMReplica:
         """Serve calls this periodically; raising makes Serve replace the replica.
 
         The plain check forwards vLLM's /health; the progress check (the default) also fails
-        a replica whose requests make no progress, or that is starved of the CPU the machine
-        leaves idle while it has requests to serve (environments/local/progress_check.py).
+        a replica whose requests make no progress, or that gets a small share of the CPU it is
+        ready to use while it has requests to serve (environments/local/progress_check.py).
         """
         if not self._server_alive():
             raise RuntimeError(f"{self._name}: vLLM server pid {self._pid} is gone")
@@ -362,12 +342,13 @@ class VLLMReplica:
         stalled = self._progress.stalled(now, tokens) if suspect else None
         if stalled:
             raise RuntimeError(f"{self._name}: hung: {stalled}")
-        starved = self._starvation.judge(CpuRead(now, busy, self._cpu_seconds(), _machine_idle_s(), tokens))
+        sched = self._sched.read()
+        starved = self._starvation.judge(CpuRead(now, busy, sched.cpu_s, sched.wait_s, tokens))
         if now - self._cpu_logged >= CPU_LOG_EVERY_S:
             lowest = self._starvation.take_lowest()
             if lowest is not None:
                 # The margin the starvation check had: what its threshold is measured from.
-                logger.info("%s: lowest CPU per busy second %.2f cores", self._name, lowest)
+                logger.info("%s: lowest share of the CPU it was ready to use %.2f", self._name, lowest)
             self._cpu_logged = now
         if starved:
             raise RuntimeError(f"{self._name}: {starved}")

@@ -55,7 +55,7 @@ from typing import Any, ClassVar
 import httpx
 import psutil
 
-from inferchaos.errors import ConfigError, FaultError
+from inferchaos.errors import ConfigError, FaultError, Unsupported
 from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, set_times
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
@@ -416,14 +416,15 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         return Planned(self._describe(target, params, state, others), targets, state)
 
     def _mechanism(self, wanted: str) -> tuple[str, CpuController | None]:
-        """The mechanism to use and, for cgroup, its controller; ConfigError when cgroup is asked for and unavailable."""
+        """The mechanism to use and, for cgroup, its controller; Unsupported (the run is skipped)
+        when cgroup is asked for and this host has no writable cpu controller."""
         if wanted == "duty_cycle":
             return wanted, None
         controller, why = cpu_quota.cpu_quota_available(self.cgroup_root)
         if controller is not None:
             return "cgroup", controller
         if wanted == "cgroup":
-            raise ConfigError(
+            raise Unsupported(
                 f"{self.name}: mechanism cgroup is not available here: {why}; use duty_cycle or auto"
             )
         logger.info("%s: no writable cpu cgroup (%s): slowing by a SIGSTOP duty cycle", self.name, why)

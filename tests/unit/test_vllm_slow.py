@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from inferchaos.errors import ConfigError, FaultError
+from inferchaos.errors import ConfigError, FaultError, Unsupported
 from inferchaos.faults.base import FaultHandle, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
@@ -383,11 +383,13 @@ class NoCgroupHere(SlowEngine):
     cgroup_root = Path("/nonexistent-cgroup-root")
 
 
-def test_auto_falls_back_to_the_duty_cycle_and_cgroup_is_refused_where_no_cpu_cgroup_is(tree: Tree) -> None:
+def test_auto_falls_back_to_the_duty_cycle_and_cgroup_is_unsupported_where_no_cpu_cgroup_is(
+    tree: Tree,
+) -> None:
     plan = NoCgroupHere().plan(tree.env(), {})
     assert "SIGSTOP" in plan.description
     with pytest.raises(
-        ConfigError,
+        Unsupported,
         match="mechanism cgroup is not available here: no cgroup cpu controller under /nonexistent",
     ):
         NoCgroupHere().plan(tree.env(), {"mechanism": "cgroup"})
