@@ -9,16 +9,16 @@ from its vLLM server nor vLLM's token counters moved. A saturated replica still 
 tokens, and a replica slowed tenfold still makes progress, so neither is stalled; an idle
 replica is never judged, because with nothing asked of it nothing is owed.
 
-A replica can also be starved: it makes progress, but gets a fraction of the CPU it is ready
-to use (a CFS quota throttling its cgroup, a noisy neighbour on its cores). The starvation
-check reads, for the replica's vLLM processes, the time their threads ran and the time they
-waited runnable for a CPU (primitives/schedstat.py), and judges the share they got while
-requests were in flight. Not tokens per second: what a token costs depends on the work (a
-flooded replica whose cache is full decoded 92 tokens per busy second beside a peer
-prefilling 2,983, both healthy). Nor CPU per busy second: a throttled replica is not busy all
-the time, and its CPU per busy second overlapped a healthy one's on a busy machine. A quota's
-throttled time is run-queue wait, so a replica held to a tenth of its CPU gets at most a tenth
-of what it asks for, while a busy machine shares its cores between every replica.
+A replica can also be starved: it makes progress, but is held to a fraction of the CPU it
+needs. The starvation check reads what a platform running containers with CPU limits reads
+(cAdvisor's ``container_cpu_cfs_throttled_periods_total``): the CFS bandwidth counters of the
+cpu cgroup of the replica's vLLM server, and judges the share of its quota periods in which
+the kernel throttled it while requests were in flight. Behavioural signals were tried first
+and measured on 2 shared cores (the data beside the constants below): what a token costs
+depends on the work, and the CPU a replica gets or waits for depends on what the rest of the
+machine runs, so a flood or a busy neighbour made healthy replicas look as starved as a
+throttled one. A replica slowed in other ways (a stop/continue duty cycle, a noisy neighbour)
+is not seen by this check.
 """
 
 from __future__ import annotations
@@ -118,48 +118,45 @@ class ProgressWatch:
 
 
 # A replica is starved when, over its last JUDGE_BUSY_S seconds with requests in flight, its
-# vLLM threads got less than STARVED_SHARE of the CPU time they were ready to use, while they
-# asked for at least MIN_DEMAND_CORES per busy second (a replica that barely asks for CPU is
-# not judged: its share is noise). Measured in experiments/slow_replica.yaml.
-STARVED_SHARE = 0.25
-MIN_DEMAND_CORES = 0.3
+# cgroup was throttled in at least THROTTLED_SHARE of the CFS periods it ran in (and ran in
+# MIN_PERIODS of them: a replica that barely ran is not judged). A replica in no group with a
+# quota counts no period and is never starved. Measured 2026-12-01 (2 cores): the per-thread
+# share of the CPU its threads were ready to use (schedstat run time against run-queue wait)
+# read 0.01-0.11 for replica-0 under a tenfold quota, and 0.01-0.19 for healthy replicas under
+# kv_flood, which took them out of rotation; CPU per busy second read 0.16-0.30 cores for the
+# throttled replica, within the range of a healthy one beside a busy peer.
+THROTTLED_SHARE = 0.5
+MIN_PERIODS = 5
 JUDGE_BUSY_S = 2.0
 
 
 @dataclass(frozen=True)
 class CpuRead:
-    """One read of the counters the starvation check compares (seconds, tokens)."""
+    """One read of the counters the starvation check compares (seconds, CFS periods, tokens)."""
 
     wall_s: float
     busy_s: float
-    cpu_s: float
-    wait_s: float
+    periods: int
+    throttled: int
     tokens: float
 
 
 @dataclass
 class StarvationWatch:
-    """The share of the CPU one replica was ready to use and got while busy (the fail-slow check)."""
+    """How often a busy replica's cgroup was throttled by its CPU quota (the fail-slow check)."""
 
-    starved_share: float = STARVED_SHARE
-    min_demand_cores: float = MIN_DEMAND_CORES
+    throttled_share: float = THROTTLED_SHARE
+    min_periods: int = MIN_PERIODS
     judge_busy_s: float = JUDGE_BUSY_S
-    # The lowest share judged since :meth:`take_lowest` last asked (for the log).
-    lowest_share: float | None = None
     _reads: deque[CpuRead] = field(default_factory=deque)
-
-    def take_lowest(self) -> float | None:
-        """The lowest share judged since the last call; None when none was."""
-        lowest, self.lowest_share = self.lowest_share, None
-        return lowest
 
     def restart(self) -> None:
         """Forget the stretch under way (the check was off meanwhile)."""
         self._reads.clear()
 
     def judge(self, read: CpuRead) -> str | None:
-        """Why the replica is starved, given this read; None while it gets its share of the CPU,
-        while it asks for too little to judge, or with too little busy time to judge (the last
+        """Why the replica is starved, given this read; None while its quota leaves it be, while
+        it ran in too few periods to judge, or with too little busy time to judge (the last
         ``judge_busy_s`` of it are judged, read by read).
 
         No token at all is a hang, the stall check's to judge, not a starved replica.
@@ -167,27 +164,23 @@ class StarvationWatch:
         reads = self._reads
         last = reads[-1] if reads else None
         if last is not None and (
-            read.busy_s < last.busy_s or read.cpu_s < last.cpu_s or read.wait_s < last.wait_s
+            read.busy_s < last.busy_s or read.periods < last.periods or read.throttled < last.throttled
             or read.tokens < last.tokens
         ):  # fmt: skip
-            reads.clear()  # counters went back: a new server
+            reads.clear()  # counters went back: a new server, or another cgroup
         reads.append(read)
         # Keep the newest read that is at least judge_busy_s of busy time old: the stretch's start.
         while len(reads) > 1 and read.busy_s - reads[1].busy_s >= self.judge_busy_s:
             reads.popleft()
         first = reads[0]
         busy = read.busy_s - first.busy_s
-        if busy < self.judge_busy_s or read.tokens == first.tokens:
+        periods, throttled = read.periods - first.periods, read.throttled - first.throttled
+        if busy < self.judge_busy_s or read.tokens == first.tokens or periods < self.min_periods:
             return None
-        cpu, wait = read.cpu_s - first.cpu_s, read.wait_s - first.wait_s
-        demand = (cpu + wait) / busy
-        if demand < self.min_demand_cores:
-            return None
-        share = cpu / (cpu + wait)
-        self.lowest_share = share if self.lowest_share is None else min(self.lowest_share, share)
-        if share >= self.starved_share:
+        share = throttled / periods
+        if share < self.throttled_share:
             return None
         return (
-            f"starved: got {share:.2f} of the CPU it was ready to use over its last {busy:.1f} busy s "
-            f"({cpu:.2f} s ran, {wait:.2f} s waited for a CPU)"
+            f"starved: its CPU quota throttled it in {throttled} of the {periods} periods it ran in "
+            f"over its last {busy:.1f} busy s"
         )

@@ -33,6 +33,7 @@ from inferchaos.environments.local.progress_check import (
     health_check_in_force,
 )
 from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives.cpu_quota import Throttling, find_cpu_controller, process_throttling
 from inferchaos.primitives.memory_budget import (
     MemoryBudget,
     budget_name,
@@ -42,7 +43,6 @@ from inferchaos.primitives.memory_budget import (
 )
 from inferchaos.primitives.processes import ENV_MARKER, port_is_free, spawn_process_group
 from inferchaos.primitives.replica_slots import ReplicaRecord, claim_slot, read_records
-from inferchaos.primitives.schedstat import TreeSchedCounter
 from inferchaos.primitives.vllm_metrics import parse_metrics
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,6 @@ WARM_UP_REQUESTS = 3
 WARM_UP_TOKENS = 4
 WARM_UP_TIMEOUT_S = 30.0
 HEALTH_READ_TIMEOUT_S = 3.0
-CPU_LOG_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +163,6 @@ class VLLMReplica:
         self._starvation = StarvationWatch()
         # Busy seconds at the last /metrics read: a replica idle since then owes nothing.
         self._busy_read = 0.0
-        self._cpu_logged = 0.0
         replicas_dir = Path(self._launch.state_dir) / "replicas"
         self._replicas_dir = replicas_dir
         self._slot, self._slot_fd = claim_slot(replicas_dir, self._launch.max_slots)
@@ -185,7 +183,7 @@ class VLLMReplica:
             argv = join_command(self._budget, argv)
         self._oom_kills_before = self._budget.oom_kills() if self._budget else 0
         self._pid = spawn_process_group(argv, vllm_env(), log_path)
-        self._sched = TreeSchedCounter(self._pid)
+        self._cpu_controller = find_cpu_controller()
         url = f"http://127.0.0.1:{self._port}"
         self._record = ReplicaRecord(
             name=self._name,
@@ -249,6 +247,11 @@ class VLLMReplica:
                     # Serve's health checks judge a server that cannot serve; warming is best effort.
                     logger.warning("%s: warm-up request failed: %s", self._name, e)
                     return
+
+    def _throttling(self) -> Throttling:
+        """The CFS throttling counters of the vLLM server's cpu cgroup; none counted without one."""
+        found = process_throttling(self._pid, self._cpu_controller) if self._cpu_controller else None
+        return found or Throttling(0, 0)
 
     def _server_alive(self) -> bool:
         """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
@@ -316,8 +319,8 @@ class VLLMReplica:
         """Serve calls this periodically; raising makes Serve replace the replica.
 
         The plain check forwards vLLM's /health; the progress check (the default) also fails
-        a replica whose requests make no progress, or that gets a small share of the CPU it is
-        ready to use while it has requests to serve (environments/local/progress_check.py).
+        a replica whose requests make no progress, or whose CPU quota throttles it most of the
+        time while it has requests to serve (environments/local/progress_check.py).
         """
         if not self._server_alive():
             raise RuntimeError(f"{self._name}: vLLM server pid {self._pid} is gone")
@@ -342,14 +345,8 @@ class VLLMReplica:
         stalled = self._progress.stalled(now, tokens) if suspect else None
         if stalled:
             raise RuntimeError(f"{self._name}: hung: {stalled}")
-        sched = self._sched.read()
-        starved = self._starvation.judge(CpuRead(now, busy, sched.cpu_s, sched.wait_s, tokens))
-        if now - self._cpu_logged >= CPU_LOG_EVERY_S:
-            lowest = self._starvation.take_lowest()
-            if lowest is not None:
-                # The margin the starvation check had: what its threshold is measured from.
-                logger.info("%s: lowest share of the CPU it was ready to use %.2f", self._name, lowest)
-            self._cpu_logged = now
+        throttling = self._throttling()
+        starved = self._starvation.judge(CpuRead(now, busy, throttling.periods, throttling.throttled, tokens))
         if starved:
             raise RuntimeError(f"{self._name}: {starved}")
 

@@ -37,6 +37,8 @@ MIN_QUOTA_US = 1_000
 V1_QUOTA = "cpu.cfs_quota_us"
 V1_PERIOD = "cpu.cfs_period_us"
 V2_MAX = "cpu.max"
+# Both versions count, in cpu.stat, the quota periods a group ran in and those it was throttled in.
+STAT = "cpu.stat"
 PROCS = "cgroup.procs"
 # A slowed replica's cgroup: inferchaos-<env>-slow-<handle id>.
 SLOW_GROUP_PREFIX = "inferchaos-"
@@ -184,6 +186,40 @@ def read_quota(path: Path, version: int) -> tuple[int | None, int]:
         return (None if limit == "max" else int(limit)), int(period_text)
     except (OSError, ValueError) as e:
         raise CpuQuotaError(f"could not read the CPU quota of {path}: {e}") from e
+
+
+@dataclass(frozen=True)
+class Throttling:
+    """A cgroup's CFS bandwidth counters: periods it had runnable work in, and those it was throttled in."""
+
+    periods: int
+    throttled: int
+
+
+def parse_cpu_stat(text: str) -> Throttling | None:
+    """The ``nr_periods`` and ``nr_throttled`` lines of a cpu.stat text (v1 and v2 alike); None without them."""
+    counters: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            counters[key] = int(value)
+    if "nr_periods" not in counters or "nr_throttled" not in counters:
+        return None
+    return Throttling(counters["nr_periods"], counters["nr_throttled"])
+
+
+def process_throttling(pid: int, controller: CpuController) -> Throttling | None:
+    """The throttling counters of the cpu cgroup ``pid`` is in; None when the process or the file is gone.
+
+    A group without a quota counts no period at all: its processes are never throttled.
+    """
+    relative = process_cgroup(pid, controller)
+    if relative is None:
+        return None
+    try:
+        return parse_cpu_stat((controller.path_of(relative) / STAT).read_text())
+    except OSError:
+        return None
 
 
 def move(path: Path, pid: int) -> bool:

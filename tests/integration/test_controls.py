@@ -67,6 +67,9 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
     assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
     assert all(entry["ok"] for entry in verdict["control"]["released"]), verdict["control"]["released"]
     assert "control: failed as expected" in result.stdout
+    # A breach while the fault acts is a detection, timed from the injection.
+    if any(not s["ok"] and s["phase"] == "during" and s["observed"] is not None for s in verdict["slos"]):
+        assert verdict["timing"]["time_to_detect_s"] is not None, verdict["timing"]
     # Nothing the control broke outlives it.
     assert Ledger(integration_home / "ledger").is_empty()
     assert stopped_processes(local_env) == []

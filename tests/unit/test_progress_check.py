@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from inferchaos.environments.local.progress_check import CpuRead, ProgressWatch, StarvationWatch
 
 
@@ -75,13 +73,13 @@ def test_busy_time_counts_only_stretches_with_requests_in_flight() -> None:
     assert watch.busy_total(101.5) == 5.5, "the idle 86 s are not busy"
 
 
-def _judge_stretch(watch: StarvationWatch, start: CpuRead, ran: float, waited: float, seconds: int,
+def _judge_stretch(watch: StarvationWatch, start: CpuRead, periods: int, throttled: int, seconds: int,
                    tokens_per_s: float = 50.0, busy_fraction: float = 1.0) -> list[str | None]:  # fmt: skip
-    """One read per second from ``start``: each second the replica's threads ran ``ran`` s and waited ``waited`` s."""
+    """One read per second from ``start``: each second the cgroup ran in ``periods`` CFS periods, throttled in ``throttled``."""
     read, verdicts = start, []
     for _ in range(seconds):
-        read = CpuRead(wall_s=read.wall_s + 1, busy_s=read.busy_s + busy_fraction, cpu_s=read.cpu_s + ran,
-                       wait_s=read.wait_s + waited, tokens=read.tokens + tokens_per_s)  # fmt: skip
+        read = CpuRead(wall_s=read.wall_s + 1, busy_s=read.busy_s + busy_fraction, periods=read.periods + periods,
+                       throttled=read.throttled + throttled, tokens=read.tokens + tokens_per_s)  # fmt: skip
         verdicts.append(watch.judge(read))
     return verdicts
 
@@ -89,54 +87,61 @@ def _judge_stretch(watch: StarvationWatch, start: CpuRead, ran: float, waited: f
 ZERO = CpuRead(0, 0, 0, 0, 0)
 
 
-def test_a_replica_held_to_a_tenth_of_its_cpu_is_starved_once_a_stretch_is_judged() -> None:
-    watch = StarvationWatch(starved_share=0.25, min_demand_cores=0.3, judge_busy_s=2)
-    assert _judge_stretch(watch, ZERO, ran=1.4, waited=0.1, seconds=5) == [None] * 5
-    # A quota: the engine runs 0.15 s of every second and waits, runnable, the rest.
-    verdicts = _judge_stretch(watch, CpuRead(5, 5, 7.0, 0.5, 250), ran=0.15, waited=0.85, seconds=5)
-    # The stretch judged is its last 2 busy seconds: starved once most of them are throttled.
-    assert verdicts[0] is None
-    assert all(v is not None and "got 0.15 of the CPU it was ready to use" in v for v in verdicts[2:])
-    assert watch.take_lowest() == pytest.approx(0.15)
-    assert watch.take_lowest() is None, "taken: the next log line covers what is judged after it"
+class _AnyReason:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith("starved:")
 
 
-def test_a_busy_machine_starves_no_replica_that_gets_its_turn() -> None:
-    watch = StarvationWatch(starved_share=0.25, min_demand_cores=0.3, judge_busy_s=2)
-    # Two replicas, the flood and a CPU hog on 2 cores: each engine waits as long as it runs.
-    assert _judge_stretch(watch, ZERO, ran=0.6, waited=0.6, seconds=30) == [None] * 30
-    assert watch.take_lowest() == pytest.approx(0.5)
+ANY_REASON = _AnyReason()
 
 
-def test_a_replica_that_asks_for_little_cpu_is_not_judged() -> None:
-    watch = StarvationWatch(starved_share=0.25, min_demand_cores=0.3, judge_busy_s=2)
-    # Waiting on its client, not on a CPU: a tiny share of a tiny demand is noise.
-    assert _judge_stretch(watch, ZERO, ran=0.02, waited=0.1, seconds=30) == [None] * 30
+def test_a_replica_its_quota_throttles_most_of_the_time_is_starved_once_a_stretch_is_judged() -> None:
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    # In no group with a quota: no period is counted, whatever the replica does.
+    assert _judge_stretch(watch, ZERO, periods=0, throttled=0, seconds=5) == [None] * 5
+    # A tenfold quota: throttled in 9 of the 10 periods of every busy second.
+    verdicts = _judge_stretch(watch, CpuRead(5, 5, 0, 0, 250), periods=10, throttled=9, seconds=4)
+    # Judged over its last 2 busy seconds, the first of them before the quota: 9 of 10 periods.
+    assert verdicts[0] is not None and "throttled it in 9 of the 10 periods" in verdicts[0]
+    assert all(v is not None and "throttled it in 18 of the 20 periods" in v for v in verdicts[1:])
+    fresh = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    # Its first read only starts the stretch: 2 busy seconds have passed at its third.
+    assert _judge_stretch(fresh, ZERO, periods=10, throttled=9, seconds=3)[1:] == [None, ANY_REASON]
+
+
+def test_a_quota_that_throttles_now_and_then_starves_no_replica() -> None:
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    # A limit a busy replica brushes against: throttled in 4 of 10 periods.
+    assert _judge_stretch(watch, ZERO, periods=10, throttled=4, seconds=30) == [None] * 30
+
+
+def test_a_replica_that_barely_ran_is_not_judged() -> None:
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    assert _judge_stretch(watch, ZERO, periods=1, throttled=1, seconds=4) == [None] * 4
 
 
 def test_sparse_requests_are_judged_over_their_busy_time_only() -> None:
-    watch = StarvationWatch(starved_share=0.25, min_demand_cores=0.3, judge_busy_s=2)
-    # A canary request every second keeps the replica busy a tenth of the time, at full speed then.
-    assert _judge_stretch(watch, ZERO, ran=0.12, waited=0.01, seconds=60, busy_fraction=0.1) == [None] * 60
-    throttled = _judge_stretch(watch, CpuRead(60, 6, 7.2, 0.6, 3000), ran=0.02, waited=0.1, seconds=40,
-                               busy_fraction=0.1)  # fmt: skip
-    assert throttled[-1] is not None, "a tenth of the time busy, and throttled then: starved"
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    # A canary request every second keeps a throttled replica busy a tenth of the time.
+    verdicts = _judge_stretch(watch, ZERO, periods=3, throttled=3, seconds=25, busy_fraction=0.1)
+    assert verdicts[:18] == [None] * 18, "2 busy seconds take 20 wall seconds to add up"
+    assert verdicts[-1] is not None
 
 
 def test_cpu_without_any_token_is_a_hang_for_the_stall_check_not_starvation() -> None:
-    watch = StarvationWatch(starved_share=0.25, min_demand_cores=0.3, judge_busy_s=2)
-    assert _judge_stretch(watch, ZERO, ran=0.1, waited=0.9, seconds=10, tokens_per_s=0) == [None] * 10
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    assert _judge_stretch(watch, ZERO, periods=10, throttled=10, seconds=10, tokens_per_s=0) == [None] * 10
 
 
 def test_a_replaced_server_or_a_check_turned_back_on_starts_a_new_stretch() -> None:
-    watch = StarvationWatch(starved_share=0.25, min_demand_cores=0.3, judge_busy_s=2)
-    _judge_stretch(watch, ZERO, ran=0.1, waited=0.9, seconds=4)
-    # The server was replaced: its counters start again.
-    restarted = CpuRead(wall_s=5, busy_s=5, cpu_s=0.05, wait_s=0.4, tokens=5)
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    _judge_stretch(watch, CpuRead(0, 0, 100, 90, 0), periods=10, throttled=9, seconds=4)
+    # The server was replaced, in a group of its own: its counters start again.
+    restarted = CpuRead(wall_s=5, busy_s=5, periods=0, throttled=0, tokens=5)
     assert watch.judge(restarted) is None
-    assert _judge_stretch(watch, restarted, ran=0.1, waited=0.9, seconds=1) == [None]
-    assert _judge_stretch(watch, CpuRead(6, 6, 0.15, 1.3, 55), ran=0.1, waited=0.9, seconds=1)[0] is not None
+    assert _judge_stretch(watch, restarted, periods=10, throttled=9, seconds=1) == [None]
+    assert _judge_stretch(watch, CpuRead(6, 6, 10, 9, 55), periods=10, throttled=9, seconds=1)[0] is not None
     watch.restart()
-    assert watch.judge(CpuRead(20, 20, 2.0, 10, 500)) is None, (
+    assert watch.judge(CpuRead(20, 20, 500, 450, 500)) is None, (
         "a restarted check judges no stretch at its first read"
     )

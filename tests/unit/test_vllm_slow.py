@@ -691,3 +691,26 @@ def test_the_chaos_toolkit_action_and_rollback_are_generated() -> None:
     from inferchaos.faults.vllm import actions
 
     assert {"slow_engine", "rollback_slow_engine"} <= set(actions.__all__)
+
+
+def test_cpu_stat_gives_the_periods_run_and_throttled_in_both_versions() -> None:
+    v1 = "nr_periods 120\nnr_throttled 97\nthrottled_time 8123456789\nnr_bursts 0\nburst_time 0\n"
+    v2 = "usage_usec 5000\nuser_usec 4000\nsystem_usec 1000\nnr_periods 40\nnr_throttled 3\nthrottled_usec 900\n"
+    assert cpu_quota.parse_cpu_stat(v1) == cpu_quota.Throttling(periods=120, throttled=97)
+    assert cpu_quota.parse_cpu_stat(v2) == cpu_quota.Throttling(periods=40, throttled=3)
+    assert cpu_quota.parse_cpu_stat("usage_usec 5000\n") is None, "no bandwidth counters: nothing to judge"
+
+
+def test_a_process_throttling_is_read_from_the_cgroup_it_is_in(tmp_path: Path) -> None:
+    # A tree of plain files in place of the cgroup filesystem, of the version this host runs.
+    own = Path("/proc/self/cgroup").read_text()
+    version = 1 if cpu_quota.parse_proc_cgroup(own, 1) is not None else 2
+    controller = CpuController(version, _v1_tree(tmp_path) if version == 1 else _v2_tree(tmp_path))
+    relative = cpu_quota.process_cgroup(os.getpid(), controller)
+    assert relative is not None, "this test's own /proc/self/cgroup names its cpu group"
+    group = controller.path_of(relative)
+    group.mkdir(parents=True, exist_ok=True)
+    (group / "cpu.stat").write_text("nr_periods 10\nnr_throttled 9\nthrottled_time 1\n")
+    assert cpu_quota.process_throttling(os.getpid(), controller) == cpu_quota.Throttling(10, 9)
+    (group / "cpu.stat").unlink()
+    assert cpu_quota.process_throttling(os.getpid(), controller) is None
