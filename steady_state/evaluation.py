@@ -396,11 +396,24 @@ def judge_at(slo: Slo, series: Series, sources: Sequence[Source], t: float) -> J
 def last_observed(timeline: Timeline, window: PhaseWindow) -> float:
     """The time of the last reading of any probe in ``window`` (its end when it has none).
 
-    A windowed recovery SLO is judged on the window that ends here: the latest state of the
-    system anything saw. Ending it at the SLO's own last sample instead would judge a series
-    that went quiet (a replica taken out of rotation gets no canary request) on stale data.
+    A run that never recovered has its windowed recovery SLOs judged in the state they were
+    in here: the latest moment anything saw the system.
     """
     return max((row.t for row in timeline.rows if window.contains(row.t)), default=window.end)
+
+
+def state_at(evolution: Sequence[Judgement], t: float, window_s: float) -> Judgement | None:
+    """A windowed SLO's state at ``t``: its latest judgement at or before ``t``, as recovery reads it.
+
+    None when there is none, or when the series was quiet for a whole window before ``t``
+    (its window is empty there: a replica taken out of rotation gets no canary request, and
+    its last old window must not stand for it).
+    """
+    times = [j.t for j in evolution]
+    at = bisect.bisect_right(times, t) - 1
+    if at < 0 or t - times[at] >= window_s:
+        return None
+    return evolution[at]
 
 
 def _where(slo: Slo, window: PhaseWindow, t: float | None = None) -> str:
@@ -424,9 +437,16 @@ def _worst(slo: Slo, values: Sequence[float]) -> float:
 
 
 def evaluate_slo(
-    timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow] | None = None
+    timeline: Timeline,
+    slo: Slo,
+    windows: Mapping[Phase, PhaseWindow] | None = None,
+    recovery: RecoveryResult | None = None,
 ) -> SloResult:
-    """Judge one SLO over its phase of ``timeline``; a silent source fails it (module docstring)."""
+    """Judge one SLO over its phase of ``timeline``; a silent source fails it (module docstring).
+
+    A windowed recovery SLO judges one moment's state: where ``recovery`` was confirmed, the
+    end of its hold; otherwise the last moment anything was seen (:func:`last_observed`).
+    """
     windows = phase_windows(timeline) if windows is None else windows
     baseline, baseline_silence = _baseline(timeline, slo, windows) if slo.scale else (None, None)
     slo = slo.scaled_by(baseline)
@@ -450,10 +470,15 @@ def evaluate_slo(
     else:
         if slo.phase is Phase.RECOVERY:
             # How fast the system got back is time_to_recover's job; a windowed recovery SLO
-            # judges the state it got back to: the window that ends where the run last looked.
-            end = last_observed(timeline, window)
-            final = judge_at(slo, series, sources, end)
-            if final.value is None and final.silence is None and samples:
+            # judges the state it got back to, read the way the recovery hold reads it, so
+            # that the two never disagree about the same seconds. Samples after a confirmed
+            # hold are left to no one: the runner stops within a tick of confirming it.
+            confirmed = recovery.confirmed_at if recovery is not None and recovery.recovered else None
+            end = last_observed(timeline, window) if confirmed is None else confirmed
+            final = state_at(slo_evolution(slo, series, sources), end, slo.window_s)
+            if final is None or (final.value is None and final.silence is None):
+                if not samples:
+                    return result(False, None, reason=f"no samples of {selector} in the recovery phase")
                 last = max(t for points in series.values() for t, _ in points)
                 return result(False, None, samples,
                               f"no samples of {selector} in the last {slo.window_s:g} s of the recovery phase "
@@ -640,7 +665,6 @@ def _steady(evolution: Sequence[Judgement], start: float, end: float, window_s: 
 def evaluate(timeline: Timeline, spec: SloSpec) -> Evaluation:
     """Every SLO, the per-layer verdicts, time to detect and time to recover for one run."""
     windows = phase_windows(timeline)
-    results = tuple(evaluate_slo(timeline, slo, windows) for slo in spec.slos)
-    return Evaluation(
-        results, layer_verdicts(results), detect(timeline, spec, windows), recover(timeline, spec, windows)
-    )
+    recovery = recover(timeline, spec, windows)
+    results = tuple(evaluate_slo(timeline, slo, windows, recovery) for slo in spec.slos)
+    return Evaluation(results, layer_verdicts(results), detect(timeline, spec, windows), recovery)

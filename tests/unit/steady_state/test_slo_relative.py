@@ -114,6 +114,41 @@ def test_detection_and_recovery_use_the_scaled_threshold(synth: Synth) -> None:
     assert not evaluate_slo(still_slow, slos.by_name("ttft_after")).ok
 
 
+TTFT_AFTER = (
+    '{name: ttft_after, probe: canary.ttft_s, agg: p95, op: "<=", threshold: {times_baseline: 3, at_least: 0.3},'
+    " phase: recovery, window_s: 5}"
+)
+
+
+def hold_then_slow_run(synth: Synth, slow_at: float) -> Timeline:
+    """Two canary answers a second: 0.09 s before the fault, 1.0 s while it acts, 0.04 s after
+    the revert (20) but for one answer of 0.53 s at ``slow_at``; the run ends at 24.25."""
+    rows = []
+    for k in range(48):
+        t = k / 2
+        value = 0.09 if t < 10 else 1.0 if t < 20 else 0.53 if t == slow_at else 0.04
+        rows += synth.rows("canary.ttft_s", [value], start=t)
+    return synth.timeline(rows, **{**MARKS, "end": 24.25})
+
+
+def test_the_recovery_verdict_judges_the_seconds_the_recovery_hold_confirmed(synth: Synth) -> None:
+    # A CPU-hog run's gpu_memory_squat: the hold from +20 confirmed recovery at +23, and the
+    # runner stopped a tick later. One slow answer at +23.5 lay after the hold, yet the final
+    # ttft_after verdict judged the window ending at the last reading (+24) and failed the run
+    # that the recovery check had just passed. Both now read the same seconds.
+    slos = spec(TTFT_AFTER, recovery="{within_s: 15, hold_s: 3, steady: [ttft_after]}")
+    after_the_hold = evaluate(hold_then_slow_run(synth, slow_at=23.5), slos)
+    assert after_the_hold.recovery is not None and after_the_hold.recovery.recovered
+    assert after_the_hold.recovery.confirmed_at == synth.t0 + 23
+    assert after_the_hold.ok and after_the_hold.slos[0].observed == pytest.approx(0.04)
+    # Inside the hold, the same answer breaks it: no 3 s hold fits in what the run saw, so
+    # the run neither recovered nor passes ttft_after, judged where it last looked.
+    inside = evaluate(hold_then_slow_run(synth, slow_at=21.5), slos)
+    assert inside.recovery is not None and not inside.recovery.recovered
+    (ttft_after,) = inside.slos
+    assert not ttft_after.ok and ttft_after.observed is not None and ttft_after.observed > 0.3
+
+
 @pytest.mark.parametrize(
     ("threshold", "phase", "op", "message"),
     [
