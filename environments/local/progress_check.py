@@ -17,8 +17,11 @@ the kernel throttled it while requests were in flight. Behavioural signals were 
 and measured on 2 shared cores (the data beside the constants below): what a token costs
 depends on the work, and the CPU a replica gets or waits for depends on what the rest of the
 machine runs, so a flood or a busy neighbour made healthy replicas look as starved as a
-throttled one. A replica slowed in other ways (a stop/continue duty cycle, a noisy neighbour)
-is not seen by this check.
+throttled one. Only a cgroup the vLLM server does not share with its replica actor is
+judged, as a container of its own would be: every server starts in the group the whole
+platform runs in, and a quota over that group (a CI machine's CPU limit) throttles every
+replica alike, so judging it would take them all out at once. A replica slowed in other ways
+(a stop/continue duty cycle, a noisy neighbour) is not seen by this check.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from inferchaos.environments.local.progress_check import (
     health_check_in_force,
 )
 from inferchaos.errors import EnvironmentStartError
-from inferchaos.primitives.cpu_quota import Throttling, find_cpu_controller, process_throttling
+from inferchaos.primitives.cpu_quota import Throttling, find_cpu_controller, own_group_throttling
 from inferchaos.primitives.memory_budget import (
     MemoryBudget,
     budget_name,
@@ -248,10 +248,16 @@ class VLLMReplica:
                     logger.warning("%s: warm-up request failed: %s", self._name, e)
                     return
 
-    def _throttling(self) -> Throttling:
-        """The CFS throttling counters of the vLLM server's cpu cgroup; none counted without one."""
-        found = process_throttling(self._pid, self._cpu_controller) if self._cpu_controller else None
-        return found or Throttling(0, 0)
+    def _throttling(self) -> Throttling | None:
+        """The CFS throttling counters of the vLLM server's cpu cgroup, where that group is its own.
+
+        None where the server is in this replica actor's own group, as every server starts: a
+        quota over that group (a CI container's CPU limit) throttles the whole platform alike
+        and must not take every replica out at once. None too without a cpu controller.
+        """
+        if self._cpu_controller is None:
+            return None
+        return own_group_throttling(self._pid, self._cpu_controller, beside=os.getpid())
 
     def _server_alive(self) -> bool:
         """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
@@ -330,7 +336,10 @@ class VLLMReplica:
         now = time.monotonic()
         suspect = self._progress.suspect(now)
         busy = self._progress.busy_total(now)
-        if not suspect and busy == self._busy_read:
+        throttling = self._throttling()
+        if throttling is None:
+            self._starvation.restart()
+        if not suspect and (throttling is None or busy == self._busy_read):
             return
         in_force = health_check_in_force(Path(self._launch.state_dir), self._launch.health_check)
         if in_force is HealthCheck.PLAIN:
@@ -345,7 +354,8 @@ class VLLMReplica:
         stalled = self._progress.stalled(now, tokens) if suspect else None
         if stalled:
             raise RuntimeError(f"{self._name}: hung: {stalled}")
-        throttling = self._throttling()
+        if throttling is None:
+            return
         starved = self._starvation.judge(CpuRead(now, busy, throttling.periods, throttling.throttled, tokens))
         if starved:
             raise RuntimeError(f"{self._name}: {starved}")

@@ -208,13 +208,15 @@ def parse_cpu_stat(text: str) -> Throttling | None:
     return Throttling(counters["nr_periods"], counters["nr_throttled"])
 
 
-def process_throttling(pid: int, controller: CpuController) -> Throttling | None:
-    """The throttling counters of the cpu cgroup ``pid`` is in; None when the process or the file is gone.
+def own_group_throttling(pid: int, controller: CpuController, beside: int) -> Throttling | None:
+    """The throttling counters of ``pid``'s cpu cgroup where ``beside`` is not in it too; else None.
 
-    A group without a quota counts no period at all: its processes are never throttled.
+    A quota on a group both processes share (a CI container's CPU limit over a whole platform)
+    throttles them alike, so it says nothing about ``pid`` in particular. None also when either
+    process or the counters are gone.
     """
     relative = process_cgroup(pid, controller)
-    if relative is None:
+    if relative is None or relative == process_cgroup(beside, controller):
         return None
     try:
         return parse_cpu_stat((controller.path_of(relative) / STAT).read_text())

@@ -701,7 +701,7 @@ def test_cpu_stat_gives_the_periods_run_and_throttled_in_both_versions() -> None
     assert cpu_quota.parse_cpu_stat("usage_usec 5000\n") is None, "no bandwidth counters: nothing to judge"
 
 
-def test_a_process_throttling_is_read_from_the_cgroup_it_is_in(tmp_path: Path) -> None:
+def test_throttling_is_read_only_from_a_cgroup_the_process_does_not_share(tmp_path: Path) -> None:
     # A tree of plain files in place of the cgroup filesystem, of the version this host runs.
     own = Path("/proc/self/cgroup").read_text()
     version = 1 if cpu_quota.parse_proc_cgroup(own, 1) is not None else 2
@@ -711,6 +711,17 @@ def test_a_process_throttling_is_read_from_the_cgroup_it_is_in(tmp_path: Path) -
     group = controller.path_of(relative)
     group.mkdir(parents=True, exist_ok=True)
     (group / "cpu.stat").write_text("nr_periods 10\nnr_throttled 9\nthrottled_time 1\n")
-    assert cpu_quota.process_throttling(os.getpid(), controller) == cpu_quota.Throttling(10, 9)
+    # A child starts in its parent's group: a quota there throttles both alike (a CI container's
+    # CPU limit over the whole platform), which says nothing about either.
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as sibling:
+        try:
+            assert cpu_quota.own_group_throttling(os.getpid(), controller, beside=sibling.pid) is None
+        finally:
+            sibling.kill()
+    # Beside a pid no process can have, the group is this one's own: its counters are read.
+    nobody = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    assert cpu_quota.own_group_throttling(os.getpid(), controller, beside=nobody) == cpu_quota.Throttling(
+        10, 9
+    )
     (group / "cpu.stat").unlink()
-    assert cpu_quota.process_throttling(os.getpid(), controller) is None
+    assert cpu_quota.own_group_throttling(os.getpid(), controller, beside=nobody) is None
