@@ -9,12 +9,12 @@ returns the value the runner observed, and the tolerance says whether it met the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError, ProbeError
-from inferchaos.steady_state.evaluation import evaluate_slo
+from inferchaos.steady_state.evaluation import evaluate_slo, recover
 from inferchaos.steady_state.slo import Op, ensure_slos_are_valid
 from inferchaos.steady_state.timeline import read_timeline
 
@@ -32,18 +32,32 @@ def value_decides(observed: float | None, ok: bool, op: str, threshold: float | 
     return ok or not Op(op).holds(observed, threshold)
 
 
-def slo_observed(timeline: str, slo: Mapping[str, Any]) -> float:
+def slo_observed(
+    timeline: str,
+    slo: Mapping[str, Any],
+    recovery: Mapping[str, Any] | None = None,
+    steady: Sequence[Mapping[str, Any]] = (),
+) -> float:
     """The value ``slo`` (its declaration in the experiment's ``slos``) observed over its phase of
     ``timeline`` (a run's timeline.csv; a relative path is read from the current directory).
+
+    ``recovery`` and ``steady`` (the experiment's recovery declaration and the declarations of
+    its steady SLOs) let a windowed recovery SLO be judged where recovery was confirmed, as the
+    runner's verdict judged it.
 
     Raises ProbeError, which chaoslib records as a failed probe, when the SLO could not be
     judged by its value (see :func:`value_decides`).
     """
+    name = slo.get("name")
+    declared: dict[str, Any] = {"slos": [dict(slo), *(dict(s) for s in steady if s.get("name") != name)]}
+    if recovery is not None:
+        declared["recovery"] = dict(recovery)
     try:
-        [parsed] = ensure_slos_are_valid({"slos": [dict(slo)]}).slos
-        result = evaluate_slo(read_timeline(Path(timeline)), parsed)
+        spec = ensure_slos_are_valid(declared)
+        recorded = read_timeline(Path(timeline))
+        result = evaluate_slo(recorded, spec.slos[0], recovery=recover(recorded, spec))
     except ConfigError as e:
-        raise ProbeError(f"cannot judge SLO {slo.get('name')!r}: {e}") from e
+        raise ProbeError(f"cannot judge SLO {name!r}: {e}") from e
     # NaN: a baseline-relative threshold without a baseline to scale.
     threshold = None if math.isnan(result.threshold) else result.threshold
     if result.observed is None or not value_decides(result.observed, result.ok, result.op, threshold):

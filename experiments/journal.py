@@ -84,9 +84,13 @@ def _activity_run(activity: Mapping[str, Any], act: Act) -> dict[str, Any]:
     return run
 
 
-def _slo_activity(declared: Mapping[str, Any], threshold: float | None) -> dict[str, Any]:
+def _slo_activity(
+    declared: Mapping[str, Any], threshold: float | None, recovery: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The SLO as a hypothesis probe: its declaration is the provider's argument, its
-    comparison (with the threshold this run used) the tolerance."""
+    comparison (with the threshold this run used) the tolerance. ``recovery`` (the recovery
+    declaration and the steady SLOs' declarations) goes with a windowed recovery SLO, which is
+    judged where recovery was confirmed."""
     name = str(declared["name"])
     return {
         "type": "probe",
@@ -95,7 +99,7 @@ def _slo_activity(declared: Mapping[str, Any], threshold: float | None) -> dict[
             "type": "python",
             "module": ctk_slo.__name__,
             "func": ctk_slo.slo_observed.__name__,
-            "arguments": {"timeline": TIMELINE, "slo": dict(declared)},
+            "arguments": {"timeline": TIMELINE, "slo": dict(declared), **(recovery or {})},
         },
         "tolerance": {
             "type": "probe",
@@ -111,13 +115,18 @@ def _slo_activity(declared: Mapping[str, Any], threshold: float | None) -> dict[
 
 
 def _probe_run(
-    declared: Mapping[str, Any], slo: Mapping[str, Any], start: float, end: float
+    declared: Mapping[str, Any],
+    slo: Mapping[str, Any],
+    start: float,
+    end: float,
+    recovery: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One SLO's judgement as chaoslib's hypothesis writes a probe's run: ``failed`` with an
     ``exception`` when no value judged it, else ``succeeded`` with the value as ``output``."""
     judged = ctk_slo.value_decides(slo["observed"], slo["ok"], slo["op"], slo["threshold"])
+    windowed_recovery = declared.get("phase") == Phase.RECOVERY.value and declared.get("window_s") is not None
     run: dict[str, Any] = {
-        "activity": _slo_activity(declared, slo["threshold"]),
+        "activity": _slo_activity(declared, slo["threshold"], recovery if windowed_recovery else None),
         "output": slo["observed"] if judged else None,
         "status": "succeeded" if judged else "failed",
         **_timed(start, end),
@@ -154,10 +163,19 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
         return None
     declared = {str(entry["name"]): entry for entry in spec.raw.get("slos", [])}
     slos = [s for s in verdict.slos if s["phase"] == phase]
+    recovery_declared = spec.raw.get("recovery")
+    recovery = (
+        {
+            "recovery": dict(recovery_declared),
+            "steady": [declared[name] for name in recovery_declared.get("steady", []) if name in declared],
+        }
+        if isinstance(recovery_declared, Mapping)
+        else None
+    )
     return {
         "steady_state_met": all(s["ok"] for s in slos),
         # An SLO not in the file (none today) is described by what the verdict says of it.
-        "probes": [_probe_run(declared.get(s["name"], _declared_from(s)), s, *span) for s in slos],
+        "probes": [_probe_run(declared.get(s["name"], _declared_from(s)), s, *span, recovery) for s in slos],
     }
 
 

@@ -143,6 +143,11 @@ def test_report_tables_are_filled_for_an_injected_run(passed_run: RunResult) -> 
             assert probe["tolerance_met"] is True and probe["status"] == "succeeded", probe
             assert isinstance(probe["output"], float), probe
             assert probe["activity"]["provider"]["arguments"]["slo"]["name"] == probe["activity"]["name"]
+    # A windowed recovery SLO is replayed where recovery was confirmed: it carries that declaration.
+    [after] = [p["activity"]["provider"]["arguments"] for p in states["after"]["probes"]]
+    assert after["recovery"]["steady"] == ["ttft_after"] and [s["name"] for s in after["steady"]] == [
+        "ttft_after"
+    ]
     [during] = states["during"]
     assert [p["activity"]["name"] for p in during["probes"]] == ["availability"]
     [inject] = journal["run"]
