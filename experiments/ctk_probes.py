@@ -12,6 +12,9 @@ from inferchaos.faults import actions
 from inferchaos.faults.actions import Configuration, Secrets, open_local_environment
 from inferchaos.primitives.openai_stream import stream_completion
 
+# What Chaos Toolkit's discovery lists (experiments/discovery.py).
+__all__ = ["environment_status", "fault_effect", "front_door_serves", "healthy_replicas"]
+
 
 def front_door_serves(configuration: Configuration = None, secrets: Secrets = None) -> bool:
     """True when a short streamed completion comes back through the front door."""

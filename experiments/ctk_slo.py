@@ -18,6 +18,9 @@ from inferchaos.steady_state.evaluation import evaluate_slo, recover
 from inferchaos.steady_state.slo import Op, ensure_slos_are_valid
 from inferchaos.steady_state.timeline import read_timeline
 
+# The probe and its tolerance, as Chaos Toolkit's discovery lists them (experiments/discovery.py).
+__all__ = ["slo_holds", "slo_observed"]
+
 
 def value_decides(observed: float | None, ok: bool, op: str, threshold: float | None) -> bool:
     """Whether comparing ``observed`` with ``threshold`` is what judged the SLO.

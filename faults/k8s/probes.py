@@ -17,6 +17,9 @@ from inferchaos.primitives.kube.api import api_errors
 
 logger = logging.getLogger(__name__)
 
+# What Chaos Toolkit's discovery lists (experiments/discovery.py).
+__all__ = ["deployment_must_be_ready", "fault_effect"]
+
 Configuration = dict[str, Any] | None
 Secrets = dict[str, Any] | None
 
