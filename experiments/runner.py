@@ -273,7 +273,7 @@ class Runner:
             triage={"layer": "unknown", "reason": "nothing was injected: the scenario cannot run here",
                     "evidence": {}},
         )  # fmt: skip
-        self._progress(f"skipped: {why}")
+        # No progress line: the verdict's own line says "skipped: <reason>" once.
         self._write_outputs(verdict)
         return verdict
 

@@ -91,7 +91,10 @@ def test_gameday_without_budgets_runs_the_rest_and_shows_the_squat_skipped(
 ) -> None:  # fmt: skip
     out = tmp_path / "runs"
     assert _cli(["gameday", "--out", str(out), "--interval", "0.25"], monkeypatch) == 0
-    printed = _words(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    printed = _words(captured.out)
+    # Once where the run is, once in the day's closing lines; never again as progress on stderr.
+    assert _words(captured.out + captured.err).count(_reason(no_cgroups)) == 2, captured
     assert f"skipped: {_reason(no_cgroups)}" in printed
     verdicts = _verdicts(out)
     assert {name: v["status"] for name, v in verdicts.items()} == {
@@ -157,7 +160,9 @@ def test_run_of_the_squat_without_budgets_records_a_skipped_verdict(
     assert (
         _cli(["run", str(SQUAT), "--out", str(out), *(["--strict"] if strict else [])], monkeypatch) == code
     )
-    assert f"skipped: {_reason(no_cgroups)}" in _words(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert f"skipped: {_reason(no_cgroups)}" in _words(captured.out)
+    assert _words(captured.out + captured.err).count(_reason(no_cgroups)) == 1, captured
     (path,) = out.glob("*/verdict.json")
     verdict = json.loads(path.read_text())
     assert (verdict["status"], verdict["fault"], verdict["slos"]) == ("skipped", None, [])
