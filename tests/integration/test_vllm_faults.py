@@ -63,33 +63,37 @@ def test_kill_engine_makes_replica_unhealthy_front_door_serves_and_replica_retur
     fault = KillEngine()
     status = local_env.status()
     handle = fault.inject(local_env, {"replica": 0}, ledger)
-    evidence = fault.evidence(local_env, handle)
-    print("engine death evidence:", evidence)
-    assert evidence.bit, evidence.reason
-    assert (
-        not psutil.pid_exists(handle.state["server_pid"])
-        or psutil.Process(handle.state["server_pid"]).status() == "zombie"
-    )
-    # Serve routes around the dead replica once its health checks have failed (1 s period,
-    # 3 failures); until then some requests still land on it. Measure how long that lasts.
-    results = []
-
-    def five_in_a_row_from_survivor() -> bool:
-        results.append(
-            stream_completion(status.front_door.url, status.model.name, "anyone?", max_tokens=4, timeout_s=15)
+    try:
+        evidence = fault.evidence(local_env, handle)
+        print("engine death evidence:", evidence)
+        assert evidence.bit, evidence.reason
+        assert (
+            not psutil.pid_exists(handle.state["server_pid"])
+            or psutil.Process(handle.state["server_pid"]).status() == "zombie"
         )
-        tail = results[-5:]
-        return len(tail) == 5 and all(r.ok and r.replica == "replica-1" for r in tail)
+        # Serve routes around the dead replica once its health checks have failed (1 s period,
+        # 3 failures); until then some requests still land on it. Measure how long that lasts.
+        results = []
 
-    settled = wait_until(five_in_a_row_from_survivor, 60, 0.2)
-    availability = sum(r.ok for r in results) / len(results)
-    print(
-        f"front door during engine death: {availability:.2f} of {len(results)} requests ok; "
-        f"only the survivor serves {settled - handle.injected_at if settled else float('nan'):.1f} s after the kill"
-    )
-    assert settled is not None, "the front door must serve from the surviving replica"
+        def five_in_a_row_from_survivor() -> bool:
+            results.append(
+                stream_completion(
+                    status.front_door.url, status.model.name, "anyone?", max_tokens=4, timeout_s=15
+                )
+            )
+            tail = results[-5:]
+            return len(tail) == 5 and all(r.ok and r.replica == "replica-1" for r in tail)
 
-    fault.revert(local_env, handle, ledger)
+        settled = wait_until(five_in_a_row_from_survivor, 60, 0.2)
+        availability = sum(r.ok for r in results) / len(results)
+        print(
+            f"front door during engine death: {availability:.2f} of {len(results)} requests ok; "
+            f"only the survivor serves {settled - handle.injected_at if settled else float('nan'):.1f} s after the kill"
+        )
+        assert settled is not None, "the front door must serve from the surviving replica"
+    finally:
+        # A failed assertion must not leave replica-0 dead for the tests after this one.
+        fault.revert(local_env, handle, ledger)
     back = wait_until(lambda: healthy_replica_names(local_env) == {"replica-0", "replica-1"}, 240, 1.0)
     assert back is not None, "replica-0 must be healthy again"
     after = fault.evidence(local_env, handle)
