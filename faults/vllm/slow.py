@@ -365,8 +365,9 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
     name = NAME
     layer = Layer.VLLM
     params_type = SlowEngineParams
-    # Where to look for a cpu controller; a test points it at a tree without one.
-    cgroup_root: ClassVar[Path] = cpu_quota.CGROUP_ROOT
+    # Where to look for a cpu controller (a test points it at a tree without one); None: where
+    # every cgroup detection looks, $INFERCHAOS_CGROUP_ROOT, else /sys/fs/cgroup.
+    cgroup_root: ClassVar[Path | None] = None
 
     def _plan(self, env: RayProcessEnvironment, params: SlowEngineParams) -> Planned:
         target, others = healthy_replica(

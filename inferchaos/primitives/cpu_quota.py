@@ -12,7 +12,8 @@ pid to a group's ``cgroup.procs`` (all its threads move with it); its children f
 inherit the group. A group can be removed (rmdir) only once no process is left in it.
 
 Everything takes the controller found by :func:`find_cpu_controller`, whose ``root`` argument
-lets tests point it at a tree of plain files; on the real cgroup filesystem the control files
+(or ``$INFERCHAOS_CGROUP_ROOT``, as for memory budgets) lets tests point it at a tree of plain
+files, or at an empty folder for a host without cgroups; on the real cgroup filesystem the control files
 appear and vanish with their directory.
 """
 
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferchaos.errors import InferchaosError
+from inferchaos.primitives.memory_budget import cgroup_root
 
 logger = logging.getLogger(__name__)
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The kernel's default CFS period; 100 ms is long enough that the bookkeeping costs nothing
 # and short enough that a throttled process looks slow rather than frozen.
 DEFAULT_PERIOD_US = 100_000
@@ -82,14 +83,16 @@ class CpuGroup:
         return "/" + self.name
 
 
-def find_cpu_controller(root: Path = CGROUP_ROOT) -> CpuController | None:
+def find_cpu_controller(root: Path | None = None) -> CpuController | None:
     """The cpu controller under ``root`` (v1's ``cpu`` hierarchy first, then v2), or None.
 
     v1 mounts it at ``root/cpu`` (or ``root/cpu,cpuacct``, which ``cpu`` links to on most
     distributions); ``root`` may also be that mount itself. v2 lists ``cpu`` in the root's
     ``cgroup.controllers`` (on a hybrid system the v2 tree sits at ``root/unified``, and holds
-    the cpu controller only where v1 does not).
+    the cpu controller only where v1 does not). Without ``root``, where memory budgets look too
+    (``$INFERCHAOS_CGROUP_ROOT``, else /sys/fs/cgroup).
     """
+    root = cgroup_root() if root is None else root
     for candidate in (root, root / "cpu", root / "cpu,cpuacct"):
         if (candidate / V1_QUOTA).is_file() and (candidate / V1_PERIOD).is_file():
             return CpuController(1, candidate)
@@ -103,8 +106,9 @@ def find_cpu_controller(root: Path = CGROUP_ROOT) -> CpuController | None:
     return None
 
 
-def cpu_quota_available(root: Path = CGROUP_ROOT) -> tuple[CpuController | None, str]:
+def cpu_quota_available(root: Path | None = None) -> tuple[CpuController | None, str]:
     """The cpu controller quotas can be set through here, or None and the reason they cannot."""
+    root = cgroup_root() if root is None else root
     if os.name != "posix":
         return None, "cgroups exist on Linux only"
     controller = find_cpu_controller(root)
@@ -297,7 +301,7 @@ def is_slow_group(name: str) -> bool:
     return name.startswith(SLOW_GROUP_PREFIX) and SLOW_GROUP_MARKER in name
 
 
-def remove_empty_slow_groups(env: str, root: Path = CGROUP_ROOT) -> list[str]:
+def remove_empty_slow_groups(env: str, root: Path | None = None) -> list[str]:
     """Remove ``env``'s slow groups that hold no process any more (left when cleanup could not run)."""
     controller = find_cpu_controller(root)
     removed: list[str] = []

@@ -725,3 +725,15 @@ def test_throttling_is_read_only_from_a_cgroup_the_process_does_not_share(tmp_pa
     )
     (group / "cpu.stat").unlink()
     assert cpu_quota.own_group_throttling(os.getpid(), controller, beside=nobody) is None
+
+
+def test_the_cgroup_root_override_plays_a_host_without_a_cpu_controller(
+    tree: Tree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # INFERCHAOS_CGROUP_ROOT, which memory budgets read, points the cpu controller's detection too.
+    empty = tmp_path / "no-cgroups"
+    empty.mkdir()
+    monkeypatch.setenv("INFERCHAOS_CGROUP_ROOT", str(empty))
+    assert cpu_quota.find_cpu_controller() is None
+    with pytest.raises(Unsupported, match=f"no cgroup cpu controller under {empty}"):
+        SlowEngine().plan(tree.env(), {"mechanism": "cgroup"})
