@@ -38,7 +38,7 @@ class Condition(StrEnum):
     FALLING = "falling"  # a reading dropped by more than threshold below an earlier one
     PLUNGING = "plunging"  # a reading dropped by more than threshold within PLUNGE_SPAN_S
     GROWING = "growing"  # least-squares slope above threshold per second
-    OUTLIER = "outlier"  # median since the fault above threshold x its own before and x its peers'
+    OUTLIER = "outlier"  # median since the fault above threshold x every series' before and x its peers
     UNREACHABLE = "unreachable"  # more than threshold failed reads by this layer's probes
 
 
@@ -90,7 +90,7 @@ RULES: tuple[Rule, ...] = (
          "a user request accepted by a vLLM replica failed ({labels}): timed out or broke off",
          symptom=True, needs_label="replica"),
     # A fail-slow replica answers every request, slowly: its requests' median end-to-end time
-    # since the fault, against its own before and against the other replicas' since. Both,
+    # since the fault, against every replica's before and against the other replicas' since. Both,
     # because a busy machine slows every replica: while Ray restarted Serve's controller
     # (a healthy serve_controller_loss), replica-0's median rose 5.2 x its own, but only 2.1 x
     # its neighbour's. replica-0 slowed tenfold and left in rotation: 11.4 x and 10.8 x.
@@ -251,8 +251,14 @@ def _match_outlier(
     rule: Rule, threshold: float, timeline: Timeline, start: float, end: float, since: float
 ) -> Match | None:
     """The series whose median reading in ``[max(start, since), end]`` is more than
-    ``threshold`` times both its own median before ``since`` and the median of every other
-    series' readings in that window (its peers); the value is the smaller of the two ratios."""
+    ``threshold`` times both the median of every series' readings before ``since`` and the
+    median of every other series' readings in that window (its peers); the value is the
+    smaller of the two ratios.
+
+    Before the fault the replicas' readings are pooled: a router spreads a few canary requests
+    a second unevenly, and one replica's own few were too noisy a reference. Beside a CPU hog,
+    replica-0 got 4 requests in its 12 s baseline, median 0.228 s against the other's 0.091 s
+    over 10, and slowed tenfold it read 3.7 x its own median but 9.1 x its peer's."""
     before: dict[str, list[float]] = {}
     after: dict[str, list[float]] = {}
     first: dict[str, float] = {}
@@ -264,13 +270,16 @@ def _match_outlier(
         after[label_text] = [v for _, v in window]
         if window:
             first[label_text] = window[0][0]
+    pooled = [v for vs in before.values() for v in vs]
+    if len(pooled) < OUTLIER_MIN_READINGS:
+        return None
+    reference = statistics.median(pooled)
     best: Match | None = None
     for label_text, values in after.items():
         peers = [v for other, vs in after.items() if other != label_text for v in vs]
-        own = before[label_text]
-        if min(len(values), len(peers), len(own)) < OUTLIER_MIN_READINGS:
+        if min(len(values), len(peers)) < OUTLIER_MIN_READINGS:
             continue
-        reference, peer = statistics.median(own), statistics.median(peers)
+        peer = statistics.median(peers)
         if reference <= 0 or peer <= 0:
             continue
         median = statistics.median(values)

@@ -387,3 +387,20 @@ def test_among_symptoms_the_layer_of_the_failed_slo_explains_it_first(synth: Syn
         [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
     )
     assert triage(flooded, breach, since=since, breached_layers=frozenset({"ray"})).layer == "vllm"
+
+
+def test_a_slow_replica_with_few_noisy_baseline_requests_is_still_vllm(synth: Synth) -> None:
+    # A CPU-hog run's slow_replica control: the router sent replica-0 four baseline requests,
+    # two of them slow (median 0.228 s against replica-1's 0.091 s). Slowed tenfold it read
+    # 0.84 s: 3.7 x its own median but 9 x the replicas' before and its peer's since.
+    replica_0 = [*synth.rows("canary.e2e_s", [0.09, 0.30, 0.25, 0.20], step=2.5, labels={"replica": "replica-0"}),
+                 *synth.rows("canary.e2e_s", [0.84] * 21, start=10, labels={"replica": "replica-0"})]  # fmt: skip
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        calm_vllm(synth, "replica-1"),
+        replica_0,
+        synth.rows("canary.e2e_s", [0.09] * N, labels={"replica": "replica-1"}),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "vllm" and result.evidence["labels"] == {"replica": "replica-0"}, result
