@@ -96,8 +96,3 @@ def test_a_partition_drops_only_the_heads_traffic_in_its_direction(
     assert ("ip daddr 10.213.0.1 drop" in ruleset) is ("output" in chains)
     apply, revert = partition_commands("inferchaos-x-w0", "a1-b2")
     assert apply[:4] == ["ip", "netns", "exec", "inferchaos-x-w0"] and revert[-1] == "inferchaos_a1_b2"
-
-
-def test_an_unknown_direction_is_refused() -> None:
-    with pytest.raises(ValueError, match="'sideways' is not a valid Direction"):
-        Direction("sideways")
