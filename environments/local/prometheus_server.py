@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,10 @@ def _last_line(log_path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def replica_targets(replica_ports: dict[str, int]) -> list[Target]:
-    """The replicas by name and port: each serves /metrics and /health on loopback."""
-    return [Target(f"127.0.0.1:{port}", {"replica": name}) for name, port in sorted(replica_ports.items())]
+def replica_targets(replica_ports: dict[str, int], hosts: Sequence[str] = ("127.0.0.1",)) -> list[Target]:
+    """The replicas by name and port, each at every host it may run on (loopback, or every worker's address)."""
+    return [
+        Target(f"{host}:{port}", {"replica": name})
+        for name, port in sorted(replica_ports.items())
+        for host in hosts
+    ]

@@ -15,6 +15,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferchaos.environments.local.network import (
+    LOOPBACK_NODE_IP,
+    SERVICE_HOST_VAR,
+    NodeNetwork,
+    make_worker_host,
+    node_network,
+)
 from inferchaos.environments.local.prometheus_server import (
     HEALTH_JOB,
     RAY_JOB,
@@ -44,9 +51,6 @@ HEALTH_CHECK_ENV = {
     "RAY_health_check_initial_delay_ms": "1000",
 }
 NODE_RESOURCE_PREFIX = "inferchaos_node_"
-# Ray replaces 127.0.0.1 and "localhost" with the host's outward address, but takes any other
-# loopback address as it is: this keeps every byte of the cluster's traffic on loopback.
-NODE_IP = "127.0.0.2"
 # Worker-process ports sit below the kernel's ephemeral range (32768+) and service ports
 # above it (61000+): Ray's own processes bind port 0 and draw from that range, so a port
 # picked from it beforehand can be taken in between. A `port_slot` shifts every port, so
@@ -143,13 +147,18 @@ def redis_port(port_slot: int = 0) -> int:
 
 
 def ray_start_argv(
-    spec: NodeSpec, ports: NodePorts, gcs_address: str, temp_dir: str, block: bool = True
+    spec: NodeSpec,
+    ports: NodePorts,
+    gcs_address: str,
+    temp_dir: str,
+    block: bool = True,
+    node_ip: str = LOOPBACK_NODE_IP,
 ) -> list[str]:
     """The `ray start` command line for one node (``--block`` unless ``block`` is False)."""
     ray_cli = str(Path(sys.executable).with_name("ray"))
     argv = [
         ray_cli, "start", *(["--block"] if block else []), "--disable-usage-stats",
-        "--node-ip-address", NODE_IP,
+        "--node-ip-address", node_ip,
         "--num-cpus", str(spec.num_cpus),
         "--num-gpus", str(spec.num_gpus),
         "--object-store-memory", str(spec.object_store_bytes),
@@ -196,19 +205,28 @@ def start_node(
     logs_dir: Path,
     port_slot: int = 0,
     watched: bool = True,
+    network: NodeNetwork | None = None,
 ) -> RayNodeRecord:
     """Start one node as its own process group and return its record (not yet waited on).
 
     ``watched``: run it under `ray start --block`, which ends the whole node when one of its
     processes dies; False for a head whose GCS may die and be started again (``--gcs-ft``).
+    ``network``: where the node lives; inside a namespace, `ip netns exec` execs `ray start`
+    there, so the recorded pid is still the node's process group leader.
     """
+    place = network or NodeNetwork(node_ip=LOOPBACK_NODE_IP, service_host="127.0.0.1")
     ports = allocate_ports(spec.index, spec.is_head, port_slot)
     if spec.is_head:
-        gcs_address = f"{NODE_IP}:{ports.gcs}"
+        gcs_address = f"{place.node_ip}:{ports.gcs}"
     log_path = logs_dir / f"ray-{spec.name}.log"
-    argv = ray_start_argv(spec, ports, gcs_address, temp_dir, block=watched)
-    pid = spawn_process_group(argv if watched else unwatched_argv(argv), env, log_path)
-    logger.info("started ray node %s (pid %d)", spec.name, pid)
+    argv = ray_start_argv(spec, ports, gcs_address, temp_dir, block=watched, node_ip=place.node_ip)
+    argv = argv if watched else unwatched_argv(argv)
+    if place.namespace:
+        argv = ["ip", "netns", "exec", place.namespace, *argv]
+    # Ray's worker processes inherit the raylet's environment: a replica reads there where
+    # its vLLM server must listen to be reached from the head.
+    pid = spawn_process_group(argv, {**env, SERVICE_HOST_VAR: place.service_host}, log_path)
+    logger.info("started ray node %s (pid %d) at %s", spec.name, pid, place.node_ip)
     return RayNodeRecord(
         name=spec.name,
         pid=pid,
@@ -217,6 +235,8 @@ def start_node(
         num_gpus=spec.num_gpus,
         ports=ports,
         log_path=str(log_path),
+        address=place.node_ip,
+        namespace=place.namespace,
     )
 
 
@@ -255,10 +275,14 @@ def refresh_scrape_targets(state: LocalEnvState) -> None:
         return
     targets_dir = Path(state.prometheus.targets_dir)
     replicas = {f"replica-{slot}": state.config.replica_base_port + slot for slot in state.replica_slots}
-    write_targets(targets_dir, VLLM_JOB, replica_targets(replicas))
-    write_targets(targets_dir, HEALTH_JOB, replica_targets(replicas))
+    live = [n for n in state.nodes if not n.lost]
+    # A replica may be placed on any worker: in namespaces each slot is listed at every live
+    # worker's address, and only the one it runs on answers (the rest read as down).
+    hosts = sorted({n.address for n in live if n.namespace}) or ["127.0.0.1"]
+    write_targets(targets_dir, VLLM_JOB, replica_targets(replicas, hosts))
+    write_targets(targets_dir, HEALTH_JOB, replica_targets(replicas, hosts))
     nodes = [
-        Target(f"{NODE_IP}:{n.ports.metrics_export}", {"node": n.name}) for n in state.nodes if not n.lost
+        Target(f"{n.address or LOOPBACK_NODE_IP}:{n.ports.metrics_export}", {"node": n.name}) for n in live
     ]
     write_targets(targets_dir, RAY_JOB, nodes)
 
@@ -267,6 +291,7 @@ def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
     """Start a replacement (or extra) worker node, as an autoscaler would, and record it."""
     index = next_worker_index(state)
     env = ray_process_env(state.env_id, token, Path(state.state_dir), state.config.gcs_ft)
+    make_worker_host(state.env_id, state.network, index)
     record = start_node(
         worker_spec(state, index),
         state.ray_address,
@@ -274,6 +299,7 @@ def add_worker_node(state: LocalEnvState, token: str) -> RayNodeRecord:
         env,
         state.logs_dir,
         state.config.port_slot,
+        network=node_network(state.env_id, state.network, index, is_head=False),
     )
     state.nodes.append(record)
     state.save()

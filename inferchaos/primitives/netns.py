@@ -21,6 +21,7 @@ import json
 import logging
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -139,42 +140,64 @@ class NetnsPlan:
         """Worker ``worker``'s address inside its namespace."""
         return self.subnet.network_address + 2 + worker
 
-    def up_commands(self) -> list[Command]:
-        """The bridge, then per worker its namespace, veth pair, addresses and default route."""
-        prefix = self.subnet.prefixlen
-        commands: list[Command] = [
+    def bridge_up_commands(self) -> list[Command]:
+        """The bridge, holding the head's address."""
+        return [
             ["ip", "link", "add", self.bridge, "type", "bridge"],
-            ["ip", "addr", "add", f"{self.head_address}/{prefix}", "dev", self.bridge],
+            ["ip", "addr", "add", f"{self.head_address}/{self.subnet.prefixlen}", "dev", self.bridge],
             ["ip", "link", "set", self.bridge, "up"],
         ]
+
+    def worker_up_commands(self, worker: int) -> list[Command]:
+        """Worker ``worker``'s namespace, its veth pair off the bridge, its address and default route."""
+        ns, veth = self.namespace(worker), self.host_veth(worker)
+        return [
+            ["ip", "netns", "add", ns],
+            ["ip", "link", "add", veth, "type", "veth", "peer", "name", NS_IFACE, "netns", ns],
+            ["ip", "link", "set", veth, "master", self.bridge],
+            ["ip", "link", "set", veth, "up"],
+            [
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                f"{self.address(worker)}/{self.subnet.prefixlen}",
+                "dev",
+                NS_IFACE,
+            ],
+            ["ip", "-n", ns, "link", "set", NS_IFACE, "up"],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+            ["ip", "-n", ns, "route", "add", "default", "via", str(self.head_address)],
+        ]
+
+    def worker_down_commands(self, worker: int) -> list[Command]:
+        """What removes worker ``worker``'s namespace and link; its rules and qdiscs go with them.
+
+        The host end of the veth is deleted first, which deletes the pair: the kernel tears a
+        deleted namespace down asynchronously, and its veth would linger on the host meanwhile.
+        """
+        return [
+            ["ip", "link", "delete", self.host_veth(worker)],
+            ["ip", "netns", "delete", self.namespace(worker)],
+        ]
+
+    def bridge_down_commands(self) -> list[Command]:
+        return [["ip", "link", "delete", self.bridge]]
+
+    def up_commands(self) -> list[Command]:
+        """The bridge, then every worker's namespace and link."""
+        commands = self.bridge_up_commands()
         for worker in range(self.workers):
-            ns, veth = self.namespace(worker), self.host_veth(worker)
-            commands += [
-                ["ip", "netns", "add", ns],
-                ["ip", "link", "add", veth, "type", "veth", "peer", "name", NS_IFACE, "netns", ns],
-                ["ip", "link", "set", veth, "master", self.bridge],
-                ["ip", "link", "set", veth, "up"],
-                ["ip", "-n", ns, "addr", "add", f"{self.address(worker)}/{prefix}", "dev", NS_IFACE],
-                ["ip", "-n", ns, "link", "set", NS_IFACE, "up"],
-                ["ip", "-n", ns, "link", "set", "lo", "up"],
-                ["ip", "-n", ns, "route", "add", "default", "via", str(self.head_address)],
-            ]
+            commands += self.worker_up_commands(worker)
         return commands
 
     def down_commands(self) -> list[Command]:
-        """What removes everything :meth:`up_commands` made, the bridge last.
-
-        The host end of each veth is deleted first, which deletes the pair: the kernel tears a
-        deleted namespace down asynchronously, and its veth would linger on the host meanwhile.
-        A namespace's rules and qdiscs go with it.
-        """
+        """What removes everything :meth:`up_commands` made, the bridge last."""
         commands: list[Command] = []
         for worker in range(self.workers):
-            commands += [
-                ["ip", "link", "delete", self.host_veth(worker)],
-                ["ip", "netns", "delete", self.namespace(worker)],
-            ]
-        return [*commands, ["ip", "link", "delete", self.bridge]]
+            commands += self.worker_down_commands(worker)
+        return [*commands, *self.bridge_down_commands()]
 
     def owns(self, name: str) -> bool:
         """Whether a link or namespace name is one this environment's plans make (any worker count)."""
@@ -237,6 +260,27 @@ def run_commands(
             logger.debug("already gone: %s (%s)", " ".join(argv), error)
             continue
         raise NetnsError(f"`{' '.join(argv)}` failed: {error}")
+
+
+def connects_from(namespace: str, address: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether a TCP connect from inside ``namespace`` to ``address:port`` completes (or is refused:
+    a reset crossed the link too) within ``timeout_s``."""
+    code = (
+        "import socket,sys\n"
+        f"try: socket.create_connection(({address!r}, {port}), timeout={timeout_s})\n"
+        "except ConnectionRefusedError: pass\n"
+        "except OSError: sys.exit(1)\n"
+    )
+    try:
+        done = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", code],
+                              capture_output=True, text=True, timeout=timeout_s + 20)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NetnsError(f"could not try a connect from namespace {namespace}: {e}") from e
+    if done.returncode not in (0, 1):
+        raise NetnsError(
+            f"could not try a connect from namespace {namespace}: {' '.join(done.stderr.split())}"
+        )
+    return done.returncode == 0
 
 
 def host_names() -> list[str]:

@@ -36,6 +36,9 @@ class RayNodeRecord:
     log_path: str
     # Set when a fault killed the node: its processes are gone and it must not be targeted again.
     lost: bool = False
+    # Ray's address of the node, and the network namespace it runs in ("": the host's).
+    address: str = ""
+    namespace: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RayNodeRecord:

@@ -17,6 +17,8 @@ import pytest
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.environments.local.network import plan_of
+from inferchaos.primitives.netns import host_names
 from inferchaos.primitives.processes import free_port
 
 TEST_REPLICA_BASE_PORT = 8300
@@ -85,7 +87,12 @@ def local_env(integration_home: Path, env_config: LocalEnvConfig) -> Iterator[Lo
     """The shared real environment, up once; always taken down at the end of the session."""
     environment = LocalEnvironment(env_config, state_dir=integration_home / "env" / "local", progress=print)
     environment.up()
+    state = environment.load_state()
     try:
         yield environment
     finally:
         environment.down()
+        plan = plan_of(state.env_id, state.network) if state.network else None
+        if plan is not None:
+            left = [name for name in host_names() if plan.owns(name)]
+            assert left == [], f"env down left the environment's namespaces and links: {left}"

@@ -83,8 +83,9 @@ def test_an_answer_that_is_not_an_instant_vector_is_a_probe_error(
 
 def test_one_tick_is_a_fixed_set_of_queries_grouped_by_the_replica_label() -> None:
     queries = LOCAL.queries()
-    assert queries[UP] == 'up{job="vllm"}'
-    assert queries[HEALTH] == 'up{job="vllm_health"}'
+    # A replica with a target at each worker's address (the netns environment) is up where any is.
+    assert queries[UP] == 'max by (replica) (up{job="vllm"})'
+    assert queries[HEALTH] == 'max by (replica) (up{job="vllm_health"})'
     assert queries[SERIES].startswith('{job="vllm",__name__=~"vllm:(num_requests_running|')
     assert "gpu_cache_usage_perc" in queries[SERIES], "vLLM's older KV name is read too"
     assert queries[PREEMPTION_RATE] == 'sum by (replica) (rate(vllm:num_preemptions_total{job="vllm"}[5s]))'
@@ -102,7 +103,7 @@ def test_one_tick_is_a_fixed_set_of_queries_grouped_by_the_replica_label() -> No
     }
     # A cluster's Prometheus with no matchers and no health job: bare selectors, no health query.
     bare = PromVllmSelector(replica_label="pod").queries()
-    assert bare[UP] == "up" and HEALTH not in bare
+    assert bare[UP] == "max by (pod) (up)" and HEALTH not in bare
     assert bare[CACHE_INFO] == "vllm:cache_config_info"
 
 
