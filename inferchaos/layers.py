@@ -13,14 +13,18 @@ class Layer(StrEnum):
     RAY = "ray"
     K8S = "k8s"
     DEVICE = "device"
+    # The links between nodes (the local environment's namespaces; a cluster's pod network).
+    NETWORK = "network"
     # Client-side views of the whole stack: the canary and Locust load.
     CANARY = "canary"
     LOAD = "load"
 
 
 # Triage checks the serving layers from the inside out: vLLM, then Ray, then Kubernetes,
-# with the device beside them.
-TRIAGE_ORDER: tuple[Layer, ...] = (Layer.VLLM, Layer.DEVICE, Layer.RAY, Layer.K8S)
+# with the device beside them. The network comes first: its readings (a link that carries
+# nothing, a handshake slowed tenfold) come from no other fault, while a cut link makes every
+# layer above it look broken (a replica slow or silent, a node DEAD).
+TRIAGE_ORDER: tuple[Layer, ...] = (Layer.NETWORK, Layer.VLLM, Layer.DEVICE, Layer.RAY, Layer.K8S)
 
 
 class EnvName(StrEnum):

@@ -86,7 +86,12 @@ K8S_PROBES: frozenset[str] = frozenset(
     }
 )
 
-KNOWN_PROBES: frozenset[str] = VLLM_PROBES | CANARY_PROBES | RAY_PROBES | DEVICE_PROBES | K8S_PROBES
+# Read from the head's side of each worker's link (steady_state/network.py); {node}.
+NETWORK_PROBES: frozenset[str] = frozenset({"network.node_reachable", "network.handshake_rtt_s"})
+
+KNOWN_PROBES: frozenset[str] = (
+    VLLM_PROBES | CANARY_PROBES | RAY_PROBES | DEVICE_PROBES | K8S_PROBES | NETWORK_PROBES
+)
 
 # One family per layer; a probe name outside every family cannot belong to any layer.
 PROBE_FAMILIES: tuple[str, ...] = tuple(f"{layer.value}." for layer in Layer)

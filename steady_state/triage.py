@@ -74,6 +74,14 @@ class Rule:
 
 C = Condition
 RULES: tuple[Rule, ...] = (
+    # Network: the head's own reads of each worker's link (steady_state/network.py). A dead
+    # node's namespace still answers, so these name only links that carry nothing or crawl.
+    Rule(Layer.NETWORK, "network.node_reachable", C.EQUALS, 0,
+         "the head cannot reach worker node {labels} over the network (a TCP handshake went unanswered)"),
+    # A handshake across the bridge takes well under 1 ms here, and under 20 ms beside a busy
+    # sampler; 100 ms is a link slowed on purpose or by a failing NIC.
+    Rule(Layer.NETWORK, "network.handshake_rtt_s", C.AT_LEAST, 0.1,
+         "a TCP handshake with worker node {labels} took {value:.3g} s"),
     # vLLM (micro): the scheduler's own queue and KV cache.
     Rule(Layer.VLLM, "vllm.kv_cache_usage", C.AT_LEAST, 0.9, "vLLM KV cache {value:.0%} full ({labels})"),
     Rule(Layer.VLLM, "vllm.num_requests_waiting", C.ABOVE, 0, "{value:g} request(s) queued in vLLM ({labels})"),

@@ -24,7 +24,8 @@ from inferchaos.faults.ledger import Ledger
 pytestmark = pytest.mark.integration
 
 CONTROLS = Path(__file__).resolve().parents[2] / "experiments" / "controls"
-# node_loss last: its held fault replaces a worker node, which changes the cluster's shape.
+# node_loss and network_partition_long last: their held faults replace a worker node, which
+# changes the cluster's shape.
 EXPECTED = {
     "kv_flood": "vllm",
     "actor_leak": "ray",
@@ -34,7 +35,9 @@ EXPECTED = {
     "engine_hang": "vllm",
     "slow_replica": "vllm",
     "engine_death": "vllm",
+    "network_partition_short": "network",
     "node_loss": "ray",
+    "network_partition_long": "network",
 }
 
 
@@ -49,6 +52,8 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
 
     if scenario == "gpu_memory_squat" and not budgets_available()[0]:
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
+    if scenario.startswith("network_") and (network := local_env.network()).mode != "netns":
+        pytest.skip(f"the environment is on loopback: {network.reason}")
     wait_until_whole(local_env)
     result = subprocess.run(
         [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(CONTROLS / f"{scenario}.yaml"),

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.integration
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 # In the default suite's order: the scenarios that replace a node or a replica's device come last.
 SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "serve_controller_loss", "engine_hang", "slow_replica",
-             "engine_death", "node_loss", "gpu_memory_squat"]  # fmt: skip
+             "network_partition_short", "engine_death", "node_loss", "network_partition_long",
+             "gpu_memory_squat"]  # fmt: skip
 
 
 def _inferchaos(args: list[str], home: Path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
@@ -46,6 +47,8 @@ def test_scenario_passes_on_a_healthy_environment(
 
     if scenario == "gpu_memory_squat" and not budgets_available()[0]:
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
+    if scenario.startswith("network_") and (network := local_env.network()).mode != "netns":
+        pytest.skip(f"the environment is on loopback: {network.reason}")
     result = _inferchaos(
         ["run", str(EXPERIMENTS / f"{scenario}.yaml"), "--out", str(tmp_path)], integration_home
     )

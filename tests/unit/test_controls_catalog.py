@@ -19,6 +19,8 @@ EXPECTED_LAYER = {
     "slow_replica": Layer.VLLM,
     "engine_death": Layer.VLLM,
     "gcs_loss": Layer.RAY,
+    "network_partition_short": Layer.NETWORK,
+    "network_partition_long": Layer.NETWORK,
     "gpu_memory_squat": Layer.DEVICE,
     "gpu_ledger_squat": Layer.K8S,
     "anti_affinity_pending": Layer.K8S,

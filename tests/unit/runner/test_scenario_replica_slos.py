@@ -52,6 +52,8 @@ def test_the_scenarios_that_strike_one_replica_are_found() -> None:
         "slow_replica": "replica-0",
         "gpu_memory_squat": "replica-1",
         "node_loss": "replica-1",
+        "network_partition_short": "replica-0",
+        "network_partition_long": "replica-0",
     }
 
 

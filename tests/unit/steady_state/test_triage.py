@@ -404,3 +404,51 @@ def test_a_slow_replica_with_few_noisy_baseline_requests_is_still_vllm(synth: Sy
     )
     result = diagnose(synth, timeline)
     assert result.layer == "vllm" and result.evidence["labels"] == {"replica": "replica-0"}, result
+
+
+def test_a_partition_is_network_although_ray_then_marks_the_node_dead(synth: Synth) -> None:
+    # The head's handshakes with worker-1 go unanswered from 12; its replica stops answering
+    # and Ray marks the node DEAD at 16, as a long partition reads (network_partition_long).
+    link = {"node": "worker-1"}
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.nodes_dead"),
+        synth.rows("ray.nodes_dead", step(0, 1, 16)),
+        synth.rows("network.node_reachable", step(1, 0, 12), labels=link),
+        synth.rows("network.node_reachable", [1] * N, labels={"node": "worker-2"}),
+        calm_vllm(synth, "replica-1"),
+        [r for r in calm_vllm(synth, "replica-0") if r.t < synth.t0 + 12],
+        synth.error_rows(
+            "vllm@replica-0", range(12, N), "ProbeError: TimeoutError", {"replica": "replica-0"}
+        ),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "network", result
+    assert result.reason.startswith("the head cannot reach worker node node=worker-1")
+    also = result.evidence["also"]
+    assert isinstance(also, list) and any(a.startswith("ray: 1 more Ray node(s) dead") for a in also)
+
+
+def test_a_node_loss_is_not_network_when_its_link_still_answers(synth: Synth) -> None:
+    # A killed node's namespace still answers handshakes: node loss stays Ray's.
+    timeline = synth.timeline(
+        without(healthy_ray(synth), "ray.nodes_dead"),
+        synth.rows("ray.nodes_dead", step(0, 1, 13)),
+        synth.rows("network.node_reachable", [1] * N, labels={"node": "worker-1"}),
+        synth.rows("network.handshake_rtt_s", [0.002] * N, labels={"node": "worker-1"}),
+        calm_vllm(synth, "replica-1"),
+        [r for r in calm_vllm(synth, "replica-0") if r.t < synth.t0 + 12],
+    )
+    assert diagnose(synth, timeline).layer == "ray"
+
+
+def test_a_slowed_link_is_network_by_its_handshake_time(synth: Synth) -> None:
+    link = {"node": "worker-1"}
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth),
+        synth.rows("network.node_reachable", [1] * N, labels=link),
+        synth.rows("network.handshake_rtt_s", step(0.002, 0.21, 12), labels=link),
+    )
+    result = diagnose(synth, timeline)
+    assert result.layer == "network"
+    assert result.reason == "a TCP handshake with worker node node=worker-1 took 0.21 s"
