@@ -28,6 +28,7 @@ SUITES: dict[str, tuple[str, ...]] = {
         # The network scenarios need `env up --network netns` (the default where it works);
         # on loopback they are skipped with the reason.
         "network_partition_short",
+        "slow_link",
         "engine_death",
         "node_loss",
         "network_partition_long",

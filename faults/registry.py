@@ -33,6 +33,7 @@ BUILTIN_FAULT_MODULES = (
     "inferchaos.faults.vllm.slow",
     "inferchaos.faults.vllm.blind",
     "inferchaos.faults.network.partition",
+    "inferchaos.faults.network.degrade",
     "inferchaos.faults.gpu.squat",
     "inferchaos.faults.k8s.node",
     "inferchaos.faults.k8s.pod",

@@ -3,23 +3,21 @@
 Read from the head's side (this host, on the bridge's address): a TCP connect to a closed
 port of the worker's address is answered by the worker's kernel with a reset, so the reset
 proves the link works in both directions without any service listening, and its round trip
-is the link's RTT. A partition in either direction leaves the connect unanswered. A worker
-node that died leaves its namespace (and kernel) behind, so node loss does not read as a
-network fault: ``network.node_reachable`` 0 means a link that carries nothing.
+is the link's RTT (inferchaos/primitives/netns.py). A partition in either direction leaves the
+connect unanswered. A worker node that died leaves its namespace (and kernel) behind, so node
+loss does not read as a network fault: ``network.node_reachable`` 0 means a link that carries
+nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
-import time
 from dataclasses import dataclass
 
 from inferchaos.layers import Layer
+from inferchaos.primitives.netns import handshake_rtt
 from inferchaos.steady_state.base import Sample
 
-# Nothing listens on the discard port in a worker's namespace, so its kernel answers with a reset.
-CLOSED_PORT = 9
 # Below the sampler's per-read bound (80 % of its 1 s tick), so a cut link reads as 0 rather
 # than as a failed read of the whole probe; a link this slow is unusable for Ray anyway.
 CONNECT_TIMEOUT_S = 0.5
@@ -33,26 +31,6 @@ class NodeLink:
     address: str
 
 
-async def handshake_rtt(
-    address: str, port: int = CLOSED_PORT, timeout_s: float = CONNECT_TIMEOUT_S
-) -> float | None:
-    """Seconds until ``address`` answered a TCP connect (a reset or an accept); None when it never did."""
-    started = time.perf_counter()
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(address, port), timeout_s)
-    except ConnectionRefusedError:
-        return time.perf_counter() - started
-    except TimeoutError:
-        return None
-    except OSError as e:
-        # An ICMP error (no route, host unreachable) also says that nothing crossed the link.
-        if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
-            return None
-        raise
-    writer.close()
-    return time.perf_counter() - started
-
-
 class NetworkProbe:
     """``network.node_reachable{node}`` (1 or 0) and ``network.handshake_rtt_s{node}`` for each worker link."""
 
@@ -63,7 +41,12 @@ class NetworkProbe:
         self._links = links
 
     async def read(self) -> list[Sample]:
-        rtts = await asyncio.gather(*(handshake_rtt(link.address) for link in self._links))
+        rtts = await asyncio.gather(
+            *(
+                asyncio.to_thread(handshake_rtt, link.address, timeout_s=CONNECT_TIMEOUT_S)
+                for link in self._links
+            )
+        )
         samples: list[Sample] = []
         for link, rtt in zip(self._links, rtts, strict=True):
             labels = {"node": link.node}

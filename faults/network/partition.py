@@ -25,17 +25,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferchaos.errors import ConfigError, EnvironmentNotUp, Unsupported
+from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.faults.base import (
     Evidence,
     FaultHandle,
     Planned,
     TypedFault,
-    replica_name,
-    require_capability,
     set_times,
 )
 from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.network.common import open_network, require_links, target_worker
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue, seconds
@@ -49,7 +48,6 @@ from inferchaos.primitives.netns import (
     run_commands,
 )
 from inferchaos.primitives.processes import kill_tree_now, pid_alive
-from inferchaos.primitives.ray_nodes import RayNodeRecord
 
 logger = logging.getLogger(__name__)
 
@@ -113,43 +111,11 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
     params_type = PartitionNodeParams
 
     def _open(self, env: Any) -> NetworkEnvironment:
-        opened: NetworkEnvironment = require_capability(
-            self.name,
-            env,
-            NetworkEnvironment,
-            "the embedded local environment only (its workers' namespaces)",
-        )
-        return opened
-
-    def _resolve(self, env: NetworkEnvironment, params: PartitionNodeParams) -> RayNodeRecord:
-        workers = [n for n in env.load_state().nodes if not n.is_head and not n.lost]
-        if params.node is not None:
-            found = [n for n in workers if n.name == params.node]
-            if not found:
-                known = ", ".join(n.name for n in workers) or "none"
-                raise ConfigError(f"{self.name}: no live worker node named {params.node!r}; workers: {known}")
-            return found[0]
-        wanted = replica_name(params.replica if params.replica is not None else 0)
-        records = [r for r in env.replica_records() if r.name == wanted]
-        if not records:
-            raise ConfigError(f"{self.name}: no replica named {wanted!r}")
-        names = {n.node_id: n.name for n in env.ray_nodes() if n.alive}
-        host = names.get(records[0].node_id)
-        found = [n for n in workers if n.name == host]
-        if not found:
-            raise ConfigError(
-                f"{self.name}: the node hosting {wanted} is not a live worker of this environment"
-            )
-        return found[0]
+        return open_network(self.name, env)
 
     def _plan(self, env: NetworkEnvironment, params: PartitionNodeParams) -> Planned:
-        network = env.network()
-        if network.mode != "netns":
-            raise Unsupported(
-                f"{self.name}: this environment's nodes share loopback, so there is no link to cut "
-                f"({network.reason}); start it with `inferchaos env up --network netns`"
-            )
-        record = self._resolve(env, params)
+        network = require_links(self.name, env)
+        record = target_worker(self.name, env, params.node, params.replica)
         ray_nodes = {n.name: n for n in env.ray_nodes()}
         node = ray_nodes.get(record.name)
         if node is None or not node.alive:

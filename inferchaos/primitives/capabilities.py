@@ -32,6 +32,9 @@ class RecordedLocalState(Protocol):
     @property
     def replica_slots(self) -> range: ...
 
+    @property
+    def logs_dir(self) -> Path: ...
+
 
 # --- What faults act through ---
 # Faults take the environment as ``Any`` at their public edge (the runner, `inferchaos cleanup`

@@ -16,12 +16,15 @@ drop action, but nftables, HTB, TBF and u32.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import logging
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -281,6 +284,28 @@ def connects_from(namespace: str, address: str, port: int, timeout_s: float = 1.
             f"could not try a connect from namespace {namespace}: {' '.join(done.stderr.split())}"
         )
     return done.returncode == 0
+
+
+# Nothing listens on the discard port of a worker's namespace, so its kernel answers a connect
+# with a reset: the reset crosses the link both ways without any service to reach.
+CLOSED_PORT = 9
+
+
+def handshake_rtt(address: str, port: int = CLOSED_PORT, timeout_s: float = 0.5) -> float | None:
+    """Seconds until ``address`` answered a TCP connect (a reset or an accept); None when it
+    never did within ``timeout_s`` (a cut or lossy link, or no route)."""
+    started = time.perf_counter()
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            pass
+    except ConnectionRefusedError:
+        pass
+    except OSError as e:
+        # A timeout, or an ICMP error (no route, host unreachable): nothing crossed the link.
+        if isinstance(e, TimeoutError) or e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
+            return None
+        raise
+    return time.perf_counter() - started
 
 
 def host_names() -> list[str]:

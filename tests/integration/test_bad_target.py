@@ -47,3 +47,33 @@ def test_run_on_an_unknown_target_exits_2_naming_it_and_the_known_replicas(
         assert name in lines[0], f"the line must name the replicas there are ({known}): {lines[0]}"
     assert ledger.is_empty(), "nothing may be injected for an unknown target"
     assert not out.exists(), "a refused experiment must not leave a run folder"
+
+
+UNKNOWN_WORKER = BAD_TARGET.with_name("unknown_worker.yaml")
+
+
+def test_a_partition_of_a_worker_that_does_not_exist_exits_2_and_makes_nothing(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    from inferchaos.primitives.netns import host_names
+
+    if (network := local_env.network()).mode != "netns":
+        pytest.skip(f"the environment is on loopback: {network.reason}")
+    workers = sorted(n.name for n in local_env.load_state().nodes if not n.is_head and not n.lost)
+    before = sorted(host_names())
+    out = tmp_path / "runs"
+    result = subprocess.run(
+        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(UNKNOWN_WORKER), "--out", str(out)],
+        env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
+    assert (
+        f"network.partition_node: no live worker node named 'worker-9'; workers: {', '.join(workers)}"
+        in lines[0]
+    )
+    assert Ledger(integration_home / "ledger").is_empty()
+    assert not out.exists()
+    assert sorted(host_names()) == before, "a refused partition must make no namespace, link or rule"

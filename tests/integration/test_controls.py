@@ -36,6 +36,7 @@ EXPECTED = {
     "slow_replica": "vllm",
     "engine_death": "vllm",
     "network_partition_short": "network",
+    "slow_link": "network",
     "node_loss": "ray",
     "network_partition_long": "network",
 }

@@ -48,7 +48,39 @@ CASES = {
     # A cgroup quota outlives the runner; a duty cycle dies with it, perhaps mid-stop.
     "slow_engine+cgroup": (str(SLOW_ENGINE), {"vllm.slow_engine"}),
     "slow_engine+duty_cycle": (str(SLOW_ENGINE), {"vllm.slow_engine"}),
+    # A cut and a delayer outlive the runner; cleanup removes exactly their table, rule, qdisc
+    # and process (and replaces the node if Ray declared it DEAD meanwhile).
+    "partition_node": ("network_partition_short.yaml", {"network.partition_node"}),
+    "degrade_link": ("slow_link.yaml", {"network.degrade_link"}),
 }
+NETWORK_CASES = {"partition_node", "degrade_link"}
+
+
+def _link_state(env: LocalEnvironment) -> dict[str, list[str]]:
+    """Every worker namespace's nftables tables, mangle rules and qdiscs, and the host's links,
+    namespaces and delayer processes: what a network fault may add and cleanup must remove."""
+    from inferchaos.primitives.netns import host_names
+    from inferchaos.primitives.processes import processes_with_marker
+
+    state: dict[str, list[str]] = {"host": sorted(host_names())}
+    for node in env.load_state().nodes:
+        if not node.namespace or node.lost:
+            continue
+        for what, argv in (
+            ("nft", ["nft", "list", "tables"]),
+            ("mangle", ["iptables-legacy", "-t", "mangle", "-S"]),
+            ("qdisc", ["tc", "qdisc", "show", "dev", "eth0"]),
+        ):
+            done = subprocess.run(
+                ["ip", "netns", "exec", node.namespace, *argv], capture_output=True, text=True
+            )
+            state[f"{node.name} {what}"] = sorted(done.stdout.splitlines())
+    state["delayers"] = sorted(
+        str(p.pid)
+        for p in processes_with_marker(env.load_state().env_id)
+        if "link_delay" in " ".join(p.cmdline())
+    )
+    return state
 
 
 def _experiment(case: str, name: str, tmp_path: Path) -> Path:
@@ -99,8 +131,11 @@ def test_cleanup_after_kill_9_restores_the_environment(
         pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
     if case == "slow_engine+cgroup" and cpu_quota_available()[0] is None:
         pytest.skip(f"no writable cpu cgroup here: {cpu_quota_available()[1]}")
+    if case in NETWORK_CASES and (network := local_env.network()).mode != "netns":
+        pytest.skip(f"the environment is on loopback: {network.reason}")
     experiment = _experiment(case, name, tmp_path)
     wait_until_whole(local_env)
+    links_before = _link_state(local_env) if case in NETWORK_CASES else {}
     ledger = Ledger(integration_home / "ledger")
     env = {**os.environ, "INFERCHAOS_HOME": str(integration_home)}
     runner = subprocess.Popen(
@@ -143,3 +178,11 @@ def test_cleanup_after_kill_9_restores_the_environment(
     while time.monotonic() < deadline and not _queues_empty(local_env):
         time.sleep(1.0)
     assert _queues_empty(local_env), "a killed flood must not leave requests in vLLM"
+    if case in NETWORK_CASES:
+        after = _link_state(local_env)
+        # A node replaced after a long cut adds its own namespace, which is the environment's.
+        kept = {k: v for k, v in after.items() if k in links_before and k != "host"}
+        assert kept == {k: v for k, v in links_before.items() if k != "host"}, (
+            "a rule, qdisc or delayer was left"
+        )
+        assert set(links_before["host"]) <= set(after["host"])

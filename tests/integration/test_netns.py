@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,28 @@ def test_a_partition_cuts_the_worker_off_the_head_in_its_direction_and_its_rever
     finally:
         run_commands([revert])
     assert _udp_to_head_arrives(plan, 0) and _udp_from_head_arrives(plan, 0)
+
+
+def test_env_up_on_a_subnet_that_overlaps_a_host_route_exits_2_before_anything_starts(tmp_path: Path) -> None:
+    if (why := _unavailable()) is not None:
+        pytest.skip(why)
+    routes = parse_routes(
+        subprocess.run(
+            ["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True
+        ).stdout
+    )
+    taken = next((network for network, dev in routes if network.prefixlen <= 29 and dev != "lo"), None)
+    if taken is None:
+        pytest.skip("the host has no route of its own to collide with")
+    before = sorted(host_names())
+    home = tmp_path / "home"
+    result = subprocess.run(
+        [sys.executable, "-m", "inferchaos.experiments.cli", "env", "up", "--network", "netns",
+         "--subnet", str(taken), "--front-door-port", "18397"],
+        env={**os.environ, "INFERCHAOS_HOME": str(home)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1 and f"--subnet {taken} overlaps the host route" in lines[0], result.stderr
+    assert sorted(host_names()) == before
+    assert not (home / "env" / "local" / "state.json").exists(), "nothing may be recorded"

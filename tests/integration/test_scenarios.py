@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 # In the default suite's order: the scenarios that replace a node or a replica's device come last.
 SCENARIOS = ["kv_flood", "actor_leak", "strict_pg_stall", "serve_controller_loss", "engine_hang", "slow_replica",
-             "network_partition_short", "engine_death", "node_loss", "network_partition_long",
+             "network_partition_short", "slow_link", "engine_death", "node_loss", "network_partition_long",
              "gpu_memory_squat"]  # fmt: skip
 
 

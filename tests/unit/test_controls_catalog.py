@@ -21,6 +21,7 @@ EXPECTED_LAYER = {
     "gcs_loss": Layer.RAY,
     "network_partition_short": Layer.NETWORK,
     "network_partition_long": Layer.NETWORK,
+    "slow_link": Layer.NETWORK,
     "gpu_memory_squat": Layer.DEVICE,
     "gpu_ledger_squat": Layer.K8S,
     "anti_affinity_pending": Layer.K8S,

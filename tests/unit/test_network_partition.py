@@ -17,9 +17,10 @@ from inferchaos.environments.local.network import (
     plan_of,
 )
 from inferchaos.errors import ConfigError
+from inferchaos.faults.network.degrade import DegradeLink
 from inferchaos.faults.network.partition import PartitionNode
-from inferchaos.primitives.netns import NetnsPlan, parse_subnet
-from inferchaos.steady_state.network import NetworkProbe, NodeLink, handshake_rtt
+from inferchaos.primitives.netns import NetnsPlan, handshake_rtt, parse_subnet
+from inferchaos.steady_state.network import NetworkProbe, NodeLink
 
 
 @pytest.mark.parametrize(
@@ -90,7 +91,7 @@ def _closed_port() -> int:
 
 
 def test_a_reset_is_an_answer_and_proves_the_link() -> None:
-    rtt = asyncio.run(handshake_rtt("127.0.0.1", _closed_port()))
+    rtt = handshake_rtt("127.0.0.1", _closed_port())
     assert rtt is not None and 0 <= rtt < 0.5
 
 
@@ -100,3 +101,21 @@ def test_the_probe_reports_each_link_by_node() -> None:
     assert by_probe["network.node_reachable"].value == 1.0
     assert by_probe["network.node_reachable"].labels == {"node": "worker-1"}
     assert by_probe["network.handshake_rtt_s"].value >= 0
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"delay_ms": -5}, "network.degrade_link: delay_ms: must be at least 0, got -5"),
+        ({"loss_pct": 101}, "network.degrade_link: loss_pct: must be at most 100, got 101"),
+        ({"loss_pct": -1}, "network.degrade_link: loss_pct: must be at least 0, got -1"),
+        ({"rate_kbit": 0}, "network.degrade_link: rate_kbit: must be more than 0, got 0"),
+        ({}, "network.degrade_link: delay_ms: nothing to degrade: set delay_ms, jitter_ms, loss_pct or rate_kbit"),
+        ({"delay_ms": 2000}, "network.degrade_link: delay_ms: delay_ms + jitter_ms must be at most 1500"),
+    ],
+)  # fmt: skip
+def test_a_bad_degradation_is_one_line_and_exit_2(params: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        DegradeLink().parse(params)
+    assert str(raised.value) == message
+    assert raised.value.exit_code == 2

@@ -26,7 +26,7 @@ SCENARIOS = sorted((REPO / "experiments").glob("*.yaml"))
 K8S_SCENARIOS = {"anti_affinity_pending", "gpu_ledger_squat", "k8s_node_loss"}
 
 
-def test_there_are_fifteen_scenarios() -> None:
+def test_there_are_sixteen_scenarios() -> None:
     assert [p.stem for p in SCENARIOS] == [
         "actor_leak",
         "anti_affinity_pending",
@@ -41,6 +41,7 @@ def test_there_are_fifteen_scenarios() -> None:
         "network_partition_short",
         "node_loss",
         "serve_controller_loss",
+        "slow_link",
         "slow_replica",
         "strict_pg_stall",
     ]

@@ -54,6 +54,7 @@ def test_the_scenarios_that_strike_one_replica_are_found() -> None:
         "node_loss": "replica-1",
         "network_partition_short": "replica-0",
         "network_partition_long": "replica-0",
+        "slow_link": "replica-0",
     }
 
 
