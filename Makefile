@@ -46,11 +46,11 @@ gameday: $(STAMP)
 	$(BIN)/inferchaos gameday $(GAMEDAY_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -q -n 3 --dist loadfile $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/integration -q --durations=20 $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -q -n 3 --dist loadfile $(PYTEST_ARGS)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration -q --durations=20 $(PYTEST_ARGS)

@@ -54,10 +54,23 @@ def tree(tmp_path: Path) -> Iterator[Tree]:
     metrics.write_text(FLOODED.read_text())
     with running_tree(metrics) as started:
         yield started
-    # A test that failed half-way may leave its cgroup behind: its processes are gone now.
-    if REAL_CPU is not None:
-        for group in REAL_CPU.root.glob("inferchaos-fake-local-slow-*"):
-            _remove_when_empty(group)
+        # A test that failed half-way may leave its cgroup behind: the one its processes are still
+        # in. Only those are removed, never every fake-local slow group on the machine: a test on
+        # another pytest-xdist worker may be slowing its own tree in one right now.
+        left = _slow_groups_holding(started.pids)
+    for group in left:
+        _remove_when_empty(group)
+
+
+def _slow_groups_holding(pids: set[int]) -> set[Path]:
+    if REAL_CPU is None:
+        return set()
+    groups = set()
+    for pid in pids:
+        relative = cpu_quota.process_cgroup(pid, REAL_CPU)
+        if relative and cpu_quota.is_slow_group(Path(relative).name):
+            groups.add(REAL_CPU.path_of(relative))
+    return groups
 
 
 def _remove_when_empty(group: Path) -> None:

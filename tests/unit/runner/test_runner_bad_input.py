@@ -29,10 +29,13 @@ REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "tests" / "fixtures" / "bad_experiments"
 MISSING = "does_not_exist.yaml"
 UNKNOWN_TARGET = "unknown_target.yaml"
+# A worker node the environment does not have: as with a target, only the environment knows
+# (tests/integration/test_bad_target.py refuses it against a real one).
+UNKNOWN_WORKER = "unknown_worker.yaml"
 ARGS = "method[0].provider.arguments"
 FAULT_MODULES = (
     "inferchaos.faults.device.actions, inferchaos.faults.k8s.actions, "
-    "inferchaos.faults.ray.actions, inferchaos.faults.vllm.actions"
+    "inferchaos.faults.network.actions, inferchaos.faults.ray.actions, inferchaos.faults.vllm.actions"
 )
 
 # file -> what the one error line must say after "<file>: " (the key path, or the place).
@@ -86,6 +89,9 @@ EXPECTED: dict[str, str] = {
     # The gray faults' arguments, and an SLO's after_s.
     "hang_what_unknown.yaml": f"{ARGS}: vllm.hang_engine: what: must be one of engine, server, all; got 'brain'",
     "hang_duration_zero.yaml": f"{ARGS}.duration_s: must be more than 0 seconds, got 0",
+    "partition_direction_unknown.yaml": f"{ARGS}: network.partition_node: direction: must be one of both, in, out; got 'sideways'",
+    "degrade_loss_over_100.yaml": f"{ARGS}: network.degrade_link: loss_pct: must be at most 100, got 150",
+    "degrade_delay_negative.yaml": f"{ARGS}: network.degrade_link: delay_ms: must be at least 0, got -200",
     "slow_slowdown_one.yaml": f"{ARGS}: vllm.slow_engine: slowdown: must be a finite number more than 1 (1 is full speed), got 1",
     "slow_slowdown_not_a_number.yaml": f"{ARGS}.slowdown: must be float, got 'ten'",
     "slo_after_s_in_recovery.yaml": "slos[3].after_s: applies to the during phase only, not to recovery",
@@ -151,7 +157,13 @@ def _assert_refused_in_one_line(result: CliResult) -> str:
 
 def test_the_corpus_is_exactly_the_expected_files() -> None:
     on_disk = {p.name for p in CORPUS.iterdir()}
-    assert on_disk == set(EXPECTED) - {MISSING} | {UNKNOWN_TARGET}
+    assert on_disk == set(EXPECTED) - {MISSING} | {UNKNOWN_TARGET, UNKNOWN_WORKER}
+
+
+def test_an_unknown_worker_passes_validation() -> None:
+    spec = load_and_validate(CORPUS / UNKNOWN_WORKER)
+    assert spec.fault.fault == "network.partition_node"
+    assert spec.fault.params == {"node": "worker-9", "direction": "both"}
 
 
 def test_the_missing_case_really_is_missing() -> None:

@@ -132,7 +132,7 @@ def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path:
             "control.sabotage[0].fault: unknown fault 'vllm.nope'",
         ),
         "layer.yaml": (f"control: {{of: {scenario}, breaks: x, hold_fault: true, expect: {{layer: canary}}}}\n",
-                       "expect.layer: must be one of vllm, device, ray, k8s"),
+                       "expect.layer: must be one of network, vllm, device, ray, k8s"),
         "at.yaml": (
             f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, "
             "sabotage: [{fault: ray.leak_actors, at: later}]}\n",
