@@ -121,3 +121,30 @@ def test_the_targets_are_every_replica_slot_by_name_and_every_node_not_lost(tmp_
     loaded = LocalEnvState.load(tmp_path)
     assert loaded.prometheus == record and loaded.config.prometheus
     assert loaded.prometheus.status().url == "http://127.0.0.1:61191"
+
+
+def test_in_namespaces_each_replica_slot_is_listed_at_every_live_workers_address(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from inferchaos.environments.local.network import NetworkRecord
+
+    record = PrometheusRecord(pid=7, port=61191, log_path="p.log", targets_dir=str(tmp_path), create_time=2.5)
+    head = replace(_node("head", 0), address="10.213.1.1")
+    gone = replace(_node("worker-1", 1, lost=True), address="10.213.1.3", namespace="inferchaos-e1-w1")
+    live = replace(_node("worker-3", 3), address="10.213.1.5", namespace="inferchaos-e1-w3")
+    state = LocalEnvState(
+        env_id="e1", created_at=0.0, config=LocalEnvConfig(prometheus=True, workers=1, replicas=1),
+        state_dir=str(tmp_path), ray_temp_dir=str(tmp_path / "ray"), ray_address="10.213.1.1:61006",
+        dashboard_url="http://127.0.0.1:61007", front_door_url="http://127.0.0.1:8000", model_dir="",
+        served_model_name="tiny", nodes=[head, gone, live], prometheus=record,
+        network=NetworkRecord("netns", subnet="10.213.1.0/24"),
+    )  # fmt: skip
+    refresh_scrape_targets(state)
+    # A replica runs on whichever worker Serve placed it: only the lost node's address is left out.
+    assert json.loads((tmp_path / f"{VLLM_JOB}.json").read_text()) == [
+        {"targets": ["10.213.1.5:8100"], "labels": {"replica": "replica-0"}}
+    ]
+    nodes = json.loads((tmp_path / f"{RAY_JOB}.json").read_text())
+    assert [g["targets"] for g in nodes] == [["10.213.1.1:62000"], ["10.213.1.5:62003"]]
+    state.save()
+    assert LocalEnvState.load(tmp_path).network == NetworkRecord("netns", subnet="10.213.1.0/24")
