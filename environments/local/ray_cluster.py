@@ -33,6 +33,7 @@ from inferchaos.environments.local.prometheus_server import (
 from inferchaos.environments.local.redis_store import gcs_ft_env
 from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives.netns import in_namespace_argv
 from inferchaos.primitives.processes import (
     ENV_MARKER,
     port_is_free,
@@ -211,8 +212,8 @@ def start_node(
 
     ``watched``: run it under `ray start --block`, which ends the whole node when one of its
     processes dies; False for a head whose GCS may die and be started again (``--gcs-ft``).
-    ``network``: where the node lives; inside a namespace, `ip netns exec` execs `ray start`
-    there, so the recorded pid is still the node's process group leader.
+    ``network``: where the node lives; inside a namespace, nsenter execs `ray start` there
+    (without forking), so the recorded pid is still the node's process group leader.
     """
     place = network or NodeNetwork(node_ip=LOOPBACK_NODE_IP, service_host="127.0.0.1")
     ports = allocate_ports(spec.index, spec.is_head, port_slot)
@@ -222,7 +223,7 @@ def start_node(
     argv = ray_start_argv(spec, ports, gcs_address, temp_dir, block=watched, node_ip=place.node_ip)
     argv = argv if watched else unwatched_argv(argv)
     if place.namespace:
-        argv = ["ip", "netns", "exec", place.namespace, *argv]
+        argv = in_namespace_argv(place.namespace, argv)
     # Ray's worker processes inherit the raylet's environment: a replica reads there where
     # its vLLM server must listen to be reached from the head.
     pid = spawn_process_group(argv, {**env, SERVICE_HOST_VAR: place.service_host}, log_path)

@@ -60,7 +60,7 @@ import psutil
 
 from inferchaos.errors import ConfigError
 from inferchaos.params import InvalidValue, number
-from inferchaos.primitives.netns import NS_IFACE, NetnsError
+from inferchaos.primitives.netns import NS_IFACE, NetnsError, run_commands
 from inferchaos.primitives.processes import end_processes, same_process, spawn_process_group
 
 # The module's own name also when it runs as `python -m` (where __name__ is "__main__"): it is
@@ -365,24 +365,6 @@ GONE = (
 )
 
 
-def run_link_commands(commands: Sequence[Command], *, tolerate_gone: bool = False) -> None:
-    """Run each argv in turn; NetnsError in one line at the first failure, except, with
-    ``tolerate_gone``, one saying what it removes is not there (a second revert, a torn-down
-    namespace)."""
-    for argv in commands:
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise NetnsError(f"`{' '.join(argv)}` could not run: {e}") from e
-        if done.returncode == 0:
-            continue
-        error = " ".join(done.stderr.split()) or f"exit {done.returncode}"
-        if tolerate_gone and any(marker in error for marker in GONE):
-            logger.debug("already gone: %s (%s)", " ".join(argv), error)
-            continue
-        raise NetnsError(f"`{' '.join(argv)}` failed: {error}")
-
-
 def bound_queues(namespace: str) -> set[int]:
     """The queue numbers a process has bound inside ``namespace``
     (/proc/net/netfilter/nfnetlink_queue, read from inside it)."""
@@ -438,9 +420,9 @@ def apply_link_degradation(
                         f"the delayer for queue {queue} in {namespace} did not bind; see {log_path}"
                     )
                 time.sleep(0.05)
-            run_link_commands([nfqueue_commands(namespace, handle_id, iptables)[0]])
+            run_commands([nfqueue_commands(namespace, handle_id, iptables)[0]])
         if degradation.rate_kbit is not None:
-            run_link_commands([tbf_commands(namespace, handle_id, degradation.rate_kbit)[0]])
+            run_commands([tbf_commands(namespace, handle_id, degradation.rate_kbit)[0]])
     except NetnsError:
         revert_link_degradation(applied)
         raise
@@ -452,14 +434,14 @@ def revert_link_degradation(applied: AppliedDegradation, grace_s: float = 5.0) -
     first (so nothing more is queued), then the delayer (which lets what it holds go on SIGTERM),
     then the qdisc."""
     delete_rule = nfqueue_commands(applied.namespace, applied.handle_id, applied.iptables)[1]
-    run_link_commands([delete_rule], tolerate_gone=True)
+    run_commands([delete_rule], tolerate_gone=True, gone=GONE)
     if applied.delayer_pid is not None and applied.delayer_started is not None:
         proc = same_process(applied.delayer_pid, applied.delayer_started)
         if proc is not None:
             end_processes([proc], grace_s=grace_s)
     if applied.rate_kbit is not None:
         delete = tbf_commands(applied.namespace, applied.handle_id, applied.rate_kbit)[1]
-        run_link_commands([delete], tolerate_gone=True)
+        run_commands([delete], tolerate_gone=True, gone=GONE)
 
 
 # --- the delayer -----------------------------------------------------------------------------

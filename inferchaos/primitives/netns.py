@@ -38,7 +38,9 @@ IFNAME_MAX = 15
 DEFAULT_SUBNET = "10.213.0.0/24"
 # The address inside each namespace is on this interface (the veth's namespace end).
 NS_IFACE = "eth0"
-TOOLS = {"ip": "iproute2", "nft": "nftables"}
+TOOLS = {"ip": "iproute2", "nft": "nftables", "nsenter": "util-linux"}
+# Where `ip netns add` pins each namespace, for nsenter.
+NETNS_RUN_DIR = "/run/netns"
 
 
 class Direction(StrEnum):
@@ -52,6 +54,16 @@ class Direction(StrEnum):
 
 
 Command = list[str]
+
+
+def in_namespace_argv(namespace: str, argv: Sequence[str]) -> Command:
+    """``argv`` run inside ``namespace``'s network and nothing else, as its own process (no fork).
+
+    Not `ip netns exec`: that also gives the command a mount namespace with /sys mounted anew
+    for the network namespace, and in that /sys the cgroup filesystem is gone, so a replica
+    started there could make no memory budget and read no CPU quota of its own.
+    """
+    return ["nsenter", f"--net={NETNS_RUN_DIR}/{namespace}", "--", *argv]
 
 
 def missing_tools(tools: Sequence[str] = tuple(TOOLS)) -> list[str]:
@@ -247,10 +259,15 @@ GONE = ("Cannot find device", "No such file or directory", "does not exist")
 
 
 def run_commands(
-    commands: Sequence[Command], *, stdin: str | None = None, tolerate_gone: bool = False
+    commands: Sequence[Command],
+    *,
+    stdin: str | None = None,
+    tolerate_gone: bool = False,
+    gone: Sequence[str] = GONE,
 ) -> None:
     """Run each argv in turn (``stdin`` to each); NetnsError in one line at the first failure,
-    except, with ``tolerate_gone``, one saying that what it removes is gone already."""
+    except, with ``tolerate_gone``, one whose error holds a phrase of ``gone`` (what the tool
+    says when what it removes is gone already)."""
     for argv in commands:
         try:
             done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30)
@@ -259,7 +276,7 @@ def run_commands(
         if done.returncode == 0:
             continue
         error = " ".join(done.stderr.split()) or f"exit {done.returncode}"
-        if tolerate_gone and any(marker in error for marker in GONE):
+        if tolerate_gone and any(marker in error for marker in gone):
             logger.debug("already gone: %s (%s)", " ".join(argv), error)
             continue
         raise NetnsError(f"`{' '.join(argv)}` failed: {error}")

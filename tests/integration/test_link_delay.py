@@ -16,12 +16,12 @@ import statistics
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from netns_hosts import worker_hosts
 
 from inferchaos.primitives.link_delay import (
     IPTABLES,
@@ -32,16 +32,7 @@ from inferchaos.primitives.link_delay import (
     queue_number,
     revert_link_degradation,
 )
-from inferchaos.primitives.link_delay import missing_tools as missing_link_tools
-from inferchaos.primitives.netns import (
-    NetnsPlan,
-    colliding_route,
-    host_names,
-    missing_tools,
-    parse_routes,
-    parse_subnet,
-    run_commands,
-)
+from inferchaos.primitives.netns import NetnsPlan
 
 pytestmark = pytest.mark.integration
 
@@ -52,37 +43,10 @@ ASKED_MS = 200
 Degrade = Callable[[str, LinkDegradation], AppliedDegradation]
 
 
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces and NFQUEUE need root"
-    if missing := sorted({*missing_tools(), *missing_link_tools()}):
-        return f"install {', '.join(missing)}"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"`ip netns` does not work here: {probe.stderr.strip()}"
-    routes = subprocess.run(
-        ["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True
-    )
-    collision = colliding_route(parse_subnet(SUBNET), parse_routes(routes.stdout))
-    return (
-        None
-        if collision is None
-        else f"the test subnet {SUBNET} overlaps the host route {collision[0]} on {collision[1]}"
-    )
-
-
 @pytest.fixture
 def plan() -> Iterator[NetnsPlan]:
-    if (why := _unavailable()) is not None:
-        pytest.skip(why)
-    before = set(host_names())
-    made = NetnsPlan(f"t{uuid.uuid4().hex[:10]}", parse_subnet(SUBNET), workers=2)
-    try:
-        run_commands(made.up_commands())
+    with worker_hosts(SUBNET, degraded_links=True) as made:
         yield made
-    finally:
-        run_commands(made.down_commands(), tolerate_gone=True)
-        assert set(host_names()) == before, "every namespace and link the plan made is gone"
 
 
 @pytest.fixture

@@ -11,20 +11,18 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from netns_hosts import netns_unavailable, worker_hosts
 
 from inferchaos.primitives.netns import (
     Direction,
     NetnsPlan,
-    colliding_route,
     host_names,
-    missing_tools,
+    in_namespace_argv,
     parse_routes,
-    parse_subnet,
     partition_commands,
     partition_ruleset,
     run_commands,
@@ -36,37 +34,10 @@ SUBNET = "10.213.250.0/29"
 PORT = 39_917
 
 
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    if missing := missing_tools():
-        return f"install {', '.join(missing)}"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"`ip netns` does not work here: {probe.stderr.strip()}"
-    routes = subprocess.run(
-        ["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True
-    )
-    collision = colliding_route(parse_subnet(SUBNET), parse_routes(routes.stdout))
-    return (
-        None
-        if collision is None
-        else f"the test subnet {SUBNET} overlaps the host route {collision[0]} on {collision[1]}"
-    )
-
-
 @pytest.fixture
 def plan() -> Iterator[NetnsPlan]:
-    if (why := _unavailable()) is not None:
-        pytest.skip(why)
-    before = set(host_names())
-    made = NetnsPlan(f"t{uuid.uuid4().hex[:10]}", parse_subnet(SUBNET), workers=2)
-    try:
-        run_commands(made.up_commands())
+    with worker_hosts(SUBNET) as made:
         yield made
-    finally:
-        run_commands(made.down_commands(), tolerate_gone=True)
-        assert set(host_names()) == before, "every namespace and link the plan made is gone"
 
 
 def _in_namespace(namespace: str, code: str) -> subprocess.CompletedProcess[str]:
@@ -141,7 +112,7 @@ def test_a_partition_cuts_the_worker_off_the_head_in_its_direction_and_its_rever
 
 
 def test_env_up_on_a_subnet_that_overlaps_a_host_route_exits_2_before_anything_starts(tmp_path: Path) -> None:
-    if (why := _unavailable()) is not None:
+    if (why := netns_unavailable(SUBNET)) is not None:
         pytest.skip(why)
     routes = parse_routes(
         subprocess.run(
@@ -163,3 +134,16 @@ def test_env_up_on_a_subnet_that_overlaps_a_host_route_exits_2_before_anything_s
     assert len(lines) == 1 and f"--subnet {taken} overlaps the host route" in lines[0], result.stderr
     assert sorted(host_names()) == before
     assert not (home / "env" / "local" / "state.json").exists(), "nothing may be recorded"
+
+
+def test_a_process_started_in_a_workers_namespace_has_its_address_and_still_sees_the_cgroup_tree(
+    plan: NetnsPlan,
+) -> None:
+    """Replicas start inside the namespace and need the host's cgroups (memory budgets, CPU quotas)."""
+    code = "import os; print(sorted(os.listdir('/sys/fs/cgroup')))"
+    listed = subprocess.run(in_namespace_argv(plan.namespace(0), [sys.executable, "-c", code]),
+                            capture_output=True, text=True, timeout=20, check=True)  # fmt: skip
+    assert listed.stdout.splitlines()[0] == str(sorted(os.listdir("/sys/fs/cgroup")))
+    addresses = subprocess.run(in_namespace_argv(plan.namespace(0), ["ip", "-4", "-br", "addr"]),
+                               capture_output=True, text=True, timeout=20, check=True)  # fmt: skip
+    assert str(plan.address(0)) in addresses.stdout
