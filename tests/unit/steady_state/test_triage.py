@@ -451,4 +451,22 @@ def test_a_slowed_link_is_network_by_its_handshake_time(synth: Synth) -> None:
     )
     result = diagnose(synth, timeline)
     assert result.layer == "network"
-    assert result.reason == "a TCP handshake with worker node node=worker-1 took 0.21 s"
+    assert (
+        result.reason == "TCP handshakes with worker node node=worker-1 took 0.21 s (median since the fault)"
+    )
+
+
+def test_one_slow_handshake_on_a_starved_machine_is_not_a_network_fault(synth: Synth) -> None:
+    # A kv_flood control on 2 cores: the head's sampler timed one handshake with an idle link
+    # at 0.11 s while replica-0 hung and replica-1's cache filled; the rest took milliseconds.
+    link = {"node": "worker-2"}
+    rtts = [0.002] * N
+    rtts[18] = 0.11
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        synth.rows("vllm.kv_cache_usage", step(0.1, 0.97, 12), labels={"replica": "replica-1"}),
+        synth.rows("network.node_reachable", [1] * N, labels=link),
+        synth.rows("network.handshake_rtt_s", rtts, labels=link),
+    )
+    assert diagnose(synth, timeline).layer == "vllm"
