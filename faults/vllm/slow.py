@@ -29,6 +29,9 @@ door, which would route some of them elsewhere) three times before acting and th
 after; tokens/s is tokens over the request's end-to-end time, and the median counts. The fault
 bit when the speed during is at most ``before / (slowdown * 0.5)``: at least half the asked
 slowdown, as a throttled replica shares the machine with other work and the probes are short.
+Tokens do not slow in proportion to the CPU taken away, so where the first measurement under
+a quota falls short of that, the quota is scaled down once by the shortfall and the speed is
+measured again (the ledger holds the quota applied).
 
 The pids are recorded with their start times and the cgroup path in the ledger before anything
 is changed, so revert (and `inferchaos cleanup` in a later process, from the ledger alone) acts
@@ -484,6 +487,8 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             self._start_duty_cycle(params, handle, ledger)
         ledger.record(handle)
         state["speed_during"] = measure_speed(state["url"], state["model"], entries)
+        if state["mechanism"] == "cgroup":
+            self._tighten_if_short(params, handle, ledger)
         logger.info(
             "%s [%s]: %s: %s tokens/s before, %s during",
             self.name, handle.id, replica, before["tokens_per_s"], state["speed_during"]["tokens_per_s"],
@@ -547,6 +552,37 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             self.name, handle.id, state["replica"], pid_list(moved), state["cgroup"]["path"],
             quota, cpu_quota.DEFAULT_PERIOD_US, state["cgroup"]["cores"], basis,
         )  # fmt: skip
+
+    def _tighten_if_short(self, params: SlowEngineParams, handle: FaultHandle, ledger: Ledger) -> None:
+        """Once, when the quota slowed the replica less than the bite needs: a quota scaled down by
+        the shortfall, and the speed measured again.
+
+        Tokens do not slow in proportion to CPU taken away: part of each probe's time is not the
+        engine's. A fresh-clone run's quota of 1/10 of the replica's measured use slowed it 4.99x,
+        one hundredth short of the 5x a slowdown of 10 must show.
+        """
+        state = handle.state
+        before = state["speed_before"]["tokens_per_s"]
+        during = state["speed_during"]["tokens_per_s"]
+        required = params.slowdown * BITE_FRACTION
+        if not before or not during or before / during >= required:
+            return
+        group = state["cgroup"]
+        quota = max(cpu_quota.MIN_QUOTA_US, int(group["quota_us"] * (before / during) / params.slowdown))
+        if quota >= group["quota_us"]:
+            return
+        try:
+            cpu_quota.set_quota(cpu_quota.CpuGroup(_controller(state), group["relative"].lstrip("/")), quota)
+        except CpuQuotaError as e:
+            logger.warning("%s [%s]: could not tighten the quota: %s", self.name, handle.id, e)
+            return
+        logger.info(
+            "%s [%s]: %s: %.2fx slower with %d us; quota now %d us per %d us",
+            self.name, handle.id, state["replica"], before / during, group["quota_us"], quota, group["period_us"],
+        )  # fmt: skip
+        group["first_quota_us"], group["quota_us"] = group["quota_us"], quota
+        ledger.record(handle)
+        state["speed_during"] = measure_speed(state["url"], state["model"], state["processes"])
 
     def _start_duty_cycle(self, params: SlowEngineParams, handle: FaultHandle, ledger: Ledger) -> None:
         """The duty-cycle mechanism: a thread of this process stops and resumes the recorded processes."""

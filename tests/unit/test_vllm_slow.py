@@ -623,7 +623,9 @@ def test_cgroup_throttles_the_replica_and_revert_moves_every_process_back(tree: 
         assert sorted(cpu_quota.group_pids(path)) == sorted(tree.pids)
         assert cpu_quota.read_quota(path, REAL_CPU.version) == (group["quota_us"], 100_000)
         assert group["cores_basis"] == "measured"
-        assert group["quota_us"] == cpu_quota.quota_us(10, group["cores"])
+        first = group.get("first_quota_us", group["quota_us"])
+        assert first == cpu_quota.quota_us(10, group["cores"])
+        assert group["quota_us"] <= first, "a quota is only ever tightened"
         (entry,) = Ledger(tmp_path / "ledger").entries()
         assert entry.state["cgroup"]["path"] == str(path)
         assert {str(p["pid"]): p["cgroup"] for p in entry.state["processes"]} == {
@@ -646,6 +648,43 @@ def test_cgroup_throttles_the_replica_and_revert_moves_every_process_back(tree: 
     assert after.bit and after.symptoms["restored_by"] == "revert" and not after.symptoms["cgroup_exists"]
     fault.revert(tree.env(), handle, ledger)  # twice: nothing left to do
     assert _cgroups(tree.pids) == originally
+
+
+@needs_cpu_cgroup
+def test_a_quota_that_slowed_the_replica_too_little_is_tightened_by_the_shortfall_once(
+    tree: Tree, tmp_path: Path
+) -> None:
+    assert REAL_CPU is not None
+    ledger = Ledger(tmp_path / "ledger")
+    fault = SlowEngine()
+    params = SlowEngineParams(mechanism="cgroup", slowdown=10)
+    handle = fault.inject(tree.env(), {"mechanism": "cgroup", "slowdown": 10}, ledger)
+    try:
+        state, path = handle.state, Path(handle.state["cgroup"]["path"])
+        # As a fresh-clone run measured it: 1/10 of the measured use, only 4x slower.
+        quota = state["cgroup"]["quota_us"]
+        short = {**state["speed_during"], "tokens_per_s": state["speed_before"]["tokens_per_s"] / 4}
+        state["speed_during"] = short
+        fault._tighten_if_short(params, handle, ledger)
+        assert state["cgroup"]["first_quota_us"] == quota
+        assert state["cgroup"]["quota_us"] == max(cpu_quota.MIN_QUOTA_US, int(quota * 4 / 10))
+        assert cpu_quota.read_quota(path, REAL_CPU.version) == (state["cgroup"]["quota_us"], 100_000)
+        (entry,) = ledger.entries()
+        assert entry.state["cgroup"]["quota_us"] == state["cgroup"]["quota_us"], (
+            "the ledger holds what is applied"
+        )
+        assert state["speed_during"] is not short, "the speed is measured again under the new quota"
+        # Slowed enough now (or measured so): nothing more is changed.
+        state["speed_during"] = {
+            **state["speed_during"],
+            "tokens_per_s": state["speed_before"]["tokens_per_s"] / 9,
+        }
+        tightened = state["cgroup"]["quota_us"]
+        fault._tighten_if_short(params, handle, ledger)
+        assert state["cgroup"]["quota_us"] == tightened
+    finally:
+        fault.revert(tree.env(), handle, ledger)
+    assert not path.exists() and ledger.is_empty()
 
 
 @needs_cpu_cgroup
