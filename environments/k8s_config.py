@@ -7,8 +7,9 @@ One YAML file says where every layer is and what may be touched (see
     kube: {context, namespace, in_cluster? | kubeconfig? | api_url? (+ token_file?, ca_file?)}
     ray: {address, dashboard_url, auth_token_secret? (+ auth_token_key?) | auth_token_file?}
     vllm: {service_url, model, label_selector, replica_url?, port_name?, max_model_len?}
-    prometheus: {url, replica_label?, matchers?, health_matchers?, rate_window_s?}  # optional: the
-                                       # vLLM probes then read PromQL instead of each Pod's /metrics
+    prometheus: {url, replica_label?, matchers?, health_matchers?, rate_window_s?, ray_matchers?}
+                                       # optional: the vLLM and Ray probes then read PromQL instead
+                                       # of each Pod's /metrics and Ray's state API
     allow: {contexts, namespaces, node_selector?, ray_addresses?, devices?, max_targets?}  # required;
                                        # keys: primitives/kube/allowlist.py
     container_runtime: none            # docker/podman on kind: its nodes are containers
@@ -119,13 +120,14 @@ class VllmSettings:
 
 @dataclass(frozen=True)
 class PrometheusSettings:
-    """Where Prometheus answers, and how its vLLM series name a replica.
+    """Where Prometheus answers, and how its vLLM and Ray series are told apart.
 
     ``replica_label`` is the label whose value is the replica's Pod name (``pod`` with the
     Prometheus Operator's Pod and Service monitors); ``matchers`` select the vLLM series
     (``job="vllm"``, ``namespace="llm"``); ``health_matchers`` a job that probes each replica's
     ``/health``, where there is one. ``rate_window_s`` is the range of the quantiles' ``rate``:
-    at least four scrape intervals.
+    at least four scrape intervals. ``ray_matchers`` select the Ray cluster's ``ray_*`` series
+    where Prometheus scrapes more than one (KubeRay's PodMonitor labels them ``ray_io_cluster``).
     """
 
     url: str
@@ -133,6 +135,7 @@ class PrometheusSettings:
     matchers: str = ""
     health_matchers: str | None = None
     rate_window_s: float = 60.0
+    ray_matchers: str = ""
 
     def __post_init__(self) -> None:
         _require_text(url=self.url, replica_label=self.replica_label)

@@ -271,6 +271,7 @@ class K8sEnvironment:
             matchers=settings.matchers,
             health_matchers=settings.health_matchers,
             rate_window_s=settings.rate_window_s,
+            ray_matchers=settings.ray_matchers,
         )
 
     def up(self) -> EnvStatus:

@@ -13,6 +13,7 @@ from inferchaos.steady_state.canary import CanaryConfig, CanaryPace, CanaryProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
 from inferchaos.steady_state.network import NetworkProbe, NodeLink
+from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
     PrometheusVllmSource,
@@ -44,7 +45,12 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
     )
     probes.append(canary)
     state = env.load_state()
-    probes.append(RayProbe(state.dashboard_url, env.connect_ray))
+    # Through the environment's Prometheus where it has one, as its vLLM probes are read.
+    if status.prometheus is not None:
+        ray_selector = PromRaySelector(status.prometheus.ray_matchers)
+        probes.append(PrometheusRayProbe(status.prometheus.url, ray_selector))
+    else:
+        probes.append(RayProbe(state.dashboard_url, env.connect_ray))
     # Serve's replica states, through the same dashboard: the platform's own view of its replicas.
     probes.append(ServeProbe(state.dashboard_url, state.read_token))
     # An environment whose GPUs are on cluster nodes says so: this host's devices are not theirs.

@@ -63,6 +63,7 @@ class PrometheusRecord:
             health_matchers=f'job="{HEALTH_JOB}"',
             # Five scrapes, so one late scrape does not empty a rate's window.
             rate_window_s=5.0 * SCRAPE_INTERVAL_S,
+            ray_matchers=f'job="{RAY_JOB}"',
         )
 
 

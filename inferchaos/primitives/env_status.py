@@ -70,7 +70,8 @@ class PrometheusStatus:
     """Where the environment's Prometheus answers, and how its series name the vLLM replicas.
 
     ``matchers`` select the replicas' ``/metrics`` series (``job="vllm"``); ``health_matchers``,
-    where a job scrapes each replica's ``/health``, select that job's ``up``.
+    where a job scrapes each replica's ``/health``, select that job's ``up``; ``ray_matchers``
+    select the Ray cluster's own ``ray_*`` series (``job="ray"``).
     """
 
     url: str
@@ -78,6 +79,7 @@ class PrometheusStatus:
     matchers: str = ""
     health_matchers: str | None = None
     rate_window_s: float = 60.0
+    ray_matchers: str = ""
 
 
 @dataclass

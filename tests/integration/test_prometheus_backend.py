@@ -23,6 +23,7 @@ import pytest
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.prometheus_server import (
+    RAY_JOB,
     SCRAPE_INTERVAL_S,
     VLLM_JOB,
     PrometheusRecord,
@@ -37,11 +38,13 @@ from inferchaos.primitives.env_status import ReplicaStatus
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.processes import free_port
 from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
     PrometheusVllmSource,
     PromVllmSelector,
 )
+from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.vllm import VllmProbe
 
 pytestmark = [
@@ -70,7 +73,9 @@ def prometheus(local_env: LocalEnvironment, tmp_path: Path) -> Iterator[Promethe
 
 
 def _up(url: str, job: str) -> dict[str, float]:
-    answer = httpx.get(f"{url}/api/v1/query", params={"query": f'up{{job="{job}"}}'}, timeout=5.0).json()
+    # A replica slot is listed at every worker's address and is up where any of them answers.
+    query = f'max by (replica, node) (up{{job="{job}"}})'
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=5.0).json()
     return {
         r["metric"].get("replica") or r["metric"].get("node", "?"): float(r["value"][1])
         for r in answer["data"]["result"]
@@ -89,7 +94,9 @@ def test_promql_probes_agree_with_direct_scraping_within_one_scrape_interval(
     assert len(replicas) >= 2
     # A replica slot that nothing serves: its scrape fails, and its probe must say so.
     targets = {r.name: int(r.url.rsplit(":", 1)[1]) for r in replicas} | {"replica-9": free_port()}
-    write_targets(Path(prometheus.targets_dir), VLLM_JOB, replica_targets(targets))
+    # Each slot at every address a replica serves on (the workers' own, in network namespaces).
+    hosts = sorted({str(httpx.URL(r.url).host) for r in replicas})
+    write_targets(Path(prometheus.targets_dir), VLLM_JOB, replica_targets(targets, hosts))
     every_up = wait_until(
         lambda: (
             all(_up(prometheus.url, VLLM_JOB).get(r.name) == 1.0 for r in replicas)
@@ -203,3 +210,100 @@ async def _compare(prometheus: PrometheusRecord, replicas: list[ReplicaStatus]) 
         await source.aclose()
         for probe in direct.values():
             await probe.aclose()
+
+
+def _ray_facts(samples: list[Sample]) -> dict[str, float]:
+    """The Ray readings both backends give, with actor counts by class."""
+    facts = {
+        s.probe: s.value
+        for s in samples
+        if s.probe
+        in (
+            "ray.nodes_alive",
+            "ray.gpus_total",
+            "ray.gpus_available",
+            "ray.pending_pgs",
+            "ray.tasks_pending_node_assignment",
+        )
+    }
+    facts |= {
+        f"ray.actors_alive{{{s.labels['class']}}}": s.value for s in samples if s.probe == "ray.actors_alive"
+    }
+    return facts
+
+
+def _agreeing(state_api: RayProbe, through: PrometheusRayProbe, timeout_s: float) -> dict[str, float] | None:
+    """The facts once both backends read the same ones, polled each second; None if they never did."""
+
+    def read() -> tuple[dict[str, float], dict[str, float]]:
+        async def both() -> tuple[list[Sample], list[Sample]]:
+            try:
+                return await state_api.read(), await through.read()
+            finally:
+                await through.aclose()  # its client belongs to this event loop
+
+        mine, theirs = asyncio.run(both())
+        return _ray_facts(mine), _ray_facts(theirs)
+
+    last: list[tuple[dict[str, float], dict[str, float]]] = []
+
+    def agree() -> bool:
+        try:
+            pair = read()
+        except ProbeError as e:
+            print("not yet:", e)
+            return False
+        last[:] = [pair]
+        return pair[0] == pair[1]
+
+    if wait_until(agree, timeout_s, 1.0) is not None:
+        return last[0][0]
+    if last:
+        print("state API:", last[0][0], "\nthrough prometheus:", last[0][1])
+    return None
+
+
+def test_the_ray_probe_through_prometheus_reads_what_the_state_api_reads(
+    local_env: LocalEnvironment, prometheus: PrometheusRecord
+) -> None:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    every_up = wait_until(lambda: len(_up(prometheus.url, "ray")) >= 3 and all(v == 1.0 for v in _up(prometheus.url, "ray").values()), 30.0, 0.5)  # fmt: skip
+    assert every_up is not None, f"Ray's nodes never all up: {_up(prometheus.url, 'ray')}"
+    state_api = RayProbe(local_env.load_state().dashboard_url, local_env.connect_ray)
+    through = PrometheusRayProbe(prometheus.url, PromRaySelector(f'job="{RAY_JOB}"'))
+    # Ray's agents report every 10 s (metrics_report_interval_ms), the monitor every 5 s.
+    at_rest = _agreeing(state_api, through, 45.0)
+    assert at_rest is not None, "the two backends never read the same cluster at rest"
+    assert at_rest["ray.nodes_alive"] == 3 and at_rest["ray.pending_pgs"] == 0
+    assert at_rest["ray.actors_alive{ServeReplica:inferchaos:vllm}"] == 2
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    class GpuSquatter:
+        def ready(self) -> bool:
+            return True
+
+    local_env.connect_ray()
+    squatter = GpuSquatter.remote()  # type: ignore[attr-defined]
+    # STRICT_SPREAD over more bundles than nodes: PENDING for good (design.md).
+    stuck = placement_group([{"CPU": 0.01}] * 4, strategy="STRICT_SPREAD")
+    changed_at = time.monotonic()
+    try:
+        ray.get(squatter.ready.remote(), timeout=60)
+        changed = _agreeing(state_api, through, 45.0)
+        print(f"both read the change {time.monotonic() - changed_at:.1f} s after it")
+        assert changed is not None, "the two backends never agreed on the changed cluster"
+        assert changed["ray.pending_pgs"] == 1
+        assert changed["ray.gpus_available"] == at_rest["ray.gpus_available"] - 1
+        print("changed:", changed)
+        (squatters,) = [
+            v for k, v in changed.items() if k.startswith("ray.actors_alive{") and "GpuSquatter" in k
+        ]
+        assert squatters == 1
+    finally:
+        remove_placement_group(stuck)
+        ray.kill(squatter)
+    back = _agreeing(state_api, through, 45.0)
+    assert back is not None and back.get("ray.pending_pgs") == 0
+    assert back["ray.gpus_available"] == at_rest["ray.gpus_available"]

@@ -130,7 +130,22 @@ def test_the_probe_set_adds_kubernetes_and_leaves_out_this_hosts_devices(config_
     assert {p.name for p in probes} == {"canary", "ray", "ray@serve", "k8s"}
 
 
-def _status():  # the smallest EnvStatus the probe builder reads
+def test_with_prometheus_the_ray_probe_reads_the_clusters_ray_series_through_it(config_path: Path) -> None:
+    from inferchaos.primitives.env_status import PrometheusStatus
+    from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe
+
+    settings = {"url": "http://127.0.0.1:9/", "ray_matchers": 'ray_io_cluster="raycluster-a"'}
+    env = K8sEnvironment(load_k8s_env_config(_edit(config_path, {"prometheus": settings}), "cluster"))
+    prometheus = env._prometheus()
+    assert isinstance(prometheus, PrometheusStatus)
+    env.status = lambda: _status(prometheus)  # type: ignore[method-assign]  # Ray and vLLM are not up in unit tests
+    probes, _ = build_probes(env)
+    ray = next(p for p in probes if p.name == "ray")
+    assert isinstance(ray, PrometheusRayProbe) and ray.url == "http://127.0.0.1:9"
+    assert all('ray_io_cluster="raycluster-a"' in q for q in ray.selector.queries().values())
+
+
+def _status(prometheus=None):  # the smallest EnvStatus the probe builder reads
     from inferchaos.primitives.env_status import (
         EnvStatus,
         FrontDoorStatus,
@@ -140,7 +155,8 @@ def _status():  # the smallest EnvStatus the probe builder reads
     )
 
     return EnvStatus("cluster", True, RayStatus("127.0.0.1:6379", "http://127.0.0.1:1"), VllmStatus(),
-                     FrontDoorStatus("http://127.0.0.1:1", True), ModelStatus("tiny-llama", 2048))  # fmt: skip
+                     FrontDoorStatus("http://127.0.0.1:1", True), ModelStatus("tiny-llama", 2048),
+                     prometheus=prometheus)  # fmt: skip
 
 
 @pytest.mark.parametrize(
