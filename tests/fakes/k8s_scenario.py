@@ -15,6 +15,7 @@ import copy
 import json
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,15 @@ def vllm_template(port: int) -> dict[str, Any]:
 
 
 def seed_kind_environment(
-    cluster: FakeCluster, token: str, replica_ports: list[int] | None = None
+    cluster: FakeCluster,
+    token: str,
+    replica_ports: list[int] | None = None,
+    replica_hosts: list[str] | None = None,
 ) -> FakeCluster:
-    """Seed ``cluster`` with the kind environment; replica ``i`` listens on 127.0.0.1:``replica_ports[i]``."""
+    """Seed ``cluster`` with the kind environment; replica ``i`` listens on
+    ``replica_hosts[i]`` (127.0.0.1 by default) port ``replica_ports[i]``."""
     ports = replica_ports or [8000] * len(WORKERS)
+    hosts = replica_hosts or ["127.0.0.1"] * len(WORKERS)
     cluster.namespaces.add(NS)
     cluster.add(node(CONTROL_PLANE, labels={"node-role.kubernetes.io/control-plane": ""},
                      taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]))  # fmt: skip
@@ -80,7 +86,7 @@ def seed_kind_environment(
         spec = copy.deepcopy(template["spec"])
         spec["containers"][0]["ports"][0]["containerPort"] = ports[i]
         replica["spec"] = {**replica["spec"], **spec, "nodeName": name}
-        replica["status"]["podIP"] = "127.0.0.1"
+        replica["status"]["podIP"] = hosts[i]
         cluster.add(replica)
         cluster.add(pod(f"node-agent-{i}k2f", node_name=name, labels={"app": "node-agent"},
                         owner=("DaemonSet", "node-agent")))  # fmt: skip
@@ -125,13 +131,21 @@ def make_runtime(folder: Path) -> FakeRuntime:
     return runtime
 
 
-def control_plane(cluster_of: Any, runtime: FakeRuntime) -> FakeControlPlane:
-    """Controllers over the cluster; a node's machine runs while its fake container does."""
+def control_plane(
+    cluster_of: Any, runtime: FakeRuntime, host_of_port: Callable[[int], str] = lambda port: "127.0.0.1"
+) -> FakeControlPlane:
+    """Controllers over the cluster; a node's machine runs while its fake container does. A Pod
+    bound anew gets the address of the real server on its container port (``host_of_port``)."""
 
     def running(name: str) -> bool:
         return bool(json.loads(runtime.state_file.read_text()).get(name, True))
 
-    return FakeControlPlane(cluster_of, container_running=running, pod_ip_for=lambda p: "127.0.0.1")
+    def pod_ip_for(pod: dict[str, Any]) -> str:
+        # Only the vLLM Pods have a port a real server answers on; a squatter has none.
+        ports = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])]
+        return host_of_port(int(ports[0])) if ports else "127.0.0.1"
+
+    return FakeControlPlane(cluster_of, container_running=running, pod_ip_for=pod_ip_for)
 
 
 def k8s_env_config(folder: Path, env: str, api_url: str, ray_address: str, dashboard_url: str,

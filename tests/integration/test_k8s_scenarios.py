@@ -16,9 +16,10 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import httpx
 import pytest
 
 from inferchaos.environments.k8s_env import K8sEnvironment
@@ -52,13 +53,19 @@ class FakeK8s:
     runtime: FakeRuntime
     folder: Path
     local: LocalEnvironment
+    # Each local replica's address by its port: its worker's own with --network netns.
+    hosts: dict[int, str] = field(default_factory=dict)
 
     def reseed(self) -> FakeCluster:
         state = self.local.load_state()
-        ports = sorted(int(r.url.rsplit(":", 1)[1]) for r in self.local.replica_records())
+        urls = [httpx.URL(r.url) for r in self.local.replica_records()]
+        self.hosts = {int(u.port or 80): str(u.host) for u in urls}
+        ports = sorted(self.hosts)
         # Three GPU workers, one replica each; with two local replicas the third Pod shares one.
-        self.server.cluster = seed_kind_environment(FakeCluster(), state.read_token(),
-                                                    [ports[i % len(ports)] for i in range(len(WORKERS))])  # fmt: skip
+        pods = [ports[i % len(ports)] for i in range(len(WORKERS))]
+        self.server.cluster = seed_kind_environment(
+            FakeCluster(), state.read_token(), pods, [self.hosts[port] for port in pods]
+        )
         # Atomically: the fake control plane's thread reads it meanwhile (a half-written file
         # killed that thread once in a fresh-clone run).
         self.runtime.set_running(dict.fromkeys(WORKERS, True))
@@ -79,7 +86,9 @@ def fake_k8s(local_env: LocalEnvironment, tmp_path_factory: pytest.TempPathFacto
     runtime = make_runtime(folder)
     k8s = FakeK8s(server, runtime, folder, local_env)
     k8s.reseed()
-    controllers = control_plane(lambda: server.cluster, runtime)
+    controllers = control_plane(
+        lambda: server.cluster, runtime, lambda port: k8s.hosts.get(port, "127.0.0.1")
+    )
     controllers.start()
     yield k8s
     controllers.stop()
