@@ -7,9 +7,10 @@ One YAML file says where every layer is and what may be touched (see
     kube: {context, namespace, in_cluster? | kubeconfig? | api_url? (+ token_file?, ca_file?)}
     ray: {address, dashboard_url, auth_token_secret? (+ auth_token_key?) | auth_token_file?}
     vllm: {service_url, model, label_selector, replica_url?, port_name?, max_model_len?}
-    prometheus: {url, replica_label?, matchers?, health_matchers?, rate_window_s?, ray_matchers?}
-                                       # optional: the vLLM and Ray probes then read PromQL instead
-                                       # of each Pod's /metrics and Ray's state API
+    prometheus: {url, replica_label?, matchers?, health_matchers?, rate_window_s?, ray_matchers?,
+                 kube_matchers?}       # optional: the vLLM, Ray and Kubernetes probes then read PromQL
+                                       # instead of each Pod's /metrics, Ray's state API and the kube
+                                       # API (kube-state-metrics' series)
     allow: {contexts, namespaces, node_selector?, ray_addresses?, devices?, max_targets?}  # required;
                                        # keys: primitives/kube/allowlist.py
     container_runtime: none            # docker/podman on kind: its nodes are containers
@@ -36,6 +37,8 @@ DEFAULT_REPLICA_URL = "http://{pod_ip}:{port}"
 DEFAULT_AUTH_TOKEN_KEY = "auth_token"
 # What the API server accepts as a key of a Secret's data (alphanumerics, '-', '_', '.').
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+# The label name of each matcher in a list of PromQL label matchers (job="x", pod=~"y").
+_MATCHED_LABEL = re.compile(r"(?:^|,)\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 
 
 def _require_text(**values: str) -> None:
@@ -128,6 +131,8 @@ class PrometheusSettings:
     ``/health``, where there is one. ``rate_window_s`` is the range of the quantiles' ``rate``:
     at least four scrape intervals. ``ray_matchers`` select the Ray cluster's ``ray_*`` series
     where Prometheus scrapes more than one (KubeRay's PodMonitor labels them ``ray_io_cluster``).
+    ``kube_matchers`` select the cluster's kube-state-metrics series (``job="kube-state-metrics"``);
+    the Kubernetes probe adds ``kube.namespace`` itself.
     """
 
     url: str
@@ -136,12 +141,25 @@ class PrometheusSettings:
     health_matchers: str | None = None
     rate_window_s: float = 60.0
     ray_matchers: str = ""
+    kube_matchers: str = ""
 
     def __post_init__(self) -> None:
         _require_text(url=self.url, replica_label=self.replica_label)
         if not (self.rate_window_s > 0 and self.rate_window_s < 86_400):
             raise InvalidValue(
                 "rate_window_s", f"must be a number of seconds above 0, got {self.rate_window_s}"
+            )
+        if "{" in self.kube_matchers or "}" in self.kube_matchers:
+            raise InvalidValue(
+                "kube_matchers",
+                "must be PromQL label matchers without the braces (the probe adds them), "
+                f"like job='kube-state-metrics'; got {self.kube_matchers!r}",
+            )
+        if "namespace" in _MATCHED_LABEL.findall(self.kube_matchers):
+            # kube-state-metrics' namespace label is the object's: kube.namespace already scopes it,
+            # and a second matcher on it would select nothing, or another namespace's Pods.
+            raise InvalidValue(
+                "kube_matchers", "must not match on namespace: the probe scopes by kube.namespace"
             )
 
 

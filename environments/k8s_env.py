@@ -272,6 +272,7 @@ class K8sEnvironment:
             health_matchers=settings.health_matchers,
             rate_window_s=settings.rate_window_s,
             ray_matchers=settings.ray_matchers,
+            kube_matchers=settings.kube_matchers,
         )
 
     def up(self) -> EnvStatus:

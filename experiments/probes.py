@@ -8,11 +8,12 @@ from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import EnvironmentNotUp
 from inferchaos.primitives.capabilities import Environment, RayProcessEnvironment
 from inferchaos.primitives.env_status import EnvStatus
-from inferchaos.steady_state.base import Canary, Probe
+from inferchaos.steady_state.base import Canary, ClosableProbe, Probe
 from inferchaos.steady_state.canary import CanaryConfig, CanaryPace, CanaryProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
 from inferchaos.steady_state.network import NetworkProbe, NodeLink
+from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeSelector
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
@@ -60,9 +61,16 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
     links = [NodeLink(n.name, n.address) for n in status.ray.nodes if n.namespace and n.alive]
     if links:
         probes.append(NetworkProbe(links))
-    # Environments with a kube API (kind, cluster) get the Kubernetes-layer probe.
+    # Environments with a kube API (kind, cluster) get the Kubernetes-layer probe: through their
+    # Prometheus (kube-state-metrics' series) where they have one, as Ray and vLLM are read.
     if isinstance(env, K8sEnvironment):
-        probes.append(k8s_probe_of(env))
+        if status.prometheus is not None:
+            kube_selector = PromKubeSelector(
+                env.config.kube.namespace, status.prometheus.kube_matchers, env.config.allow.node_selector
+            )
+            probes.append(PrometheusK8sProbe(status.prometheus.url, kube_selector))
+        else:
+            probes.append(k8s_probe_of(env))
     return probes, canary
 
 
@@ -111,6 +119,13 @@ def vllm_probes(status: EnvStatus, locator: Locator | None = None) -> list[Probe
     )
     source = PrometheusVllmSource(prometheus.url, selector)
     return [PrometheusVllmProbe(r.name, source) for r in replicas]
+
+
+async def close_probes(probes: list[Probe]) -> None:
+    """Close the probes that hold connections (the canary's client, Prometheus sessions)."""
+    for probe in probes:
+        if isinstance(probe, ClosableProbe):
+            await probe.aclose()
 
 
 def k8s_probe_of(env: K8sEnvironment) -> K8sProbe:

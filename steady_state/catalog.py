@@ -72,7 +72,7 @@ DEVICE_PROBES: frozenset[str] = frozenset(
 K8S_PROBES: frozenset[str] = frozenset(
     {
         "k8s.pods_pending",  # {namespace}
-        "k8s.pods_unschedulable",  # {namespace, reason}: the scheduler's FailedScheduling message
+        "k8s.pods_unschedulable",  # {namespace, reason}: FailedScheduling's message (kube API) or Unschedulable / SchedulingGated (kube-state-metrics)
         "k8s.nodes_ready",
         # Also read by steady_state/k8s.py.
         "k8s.nodes_schedulable",

@@ -71,7 +71,8 @@ class PrometheusStatus:
 
     ``matchers`` select the replicas' ``/metrics`` series (``job="vllm"``); ``health_matchers``,
     where a job scrapes each replica's ``/health``, select that job's ``up``; ``ray_matchers``
-    select the Ray cluster's own ``ray_*`` series (``job="ray"``).
+    select the Ray cluster's own ``ray_*`` series (``job="ray"``); ``kube_matchers`` the cluster's
+    kube-state-metrics series (``job="kube-state-metrics"``), on kind and cluster.
     """
 
     url: str
@@ -80,6 +81,7 @@ class PrometheusStatus:
     health_matchers: str | None = None
     rate_window_s: float = 60.0
     ray_matchers: str = ""
+    kube_matchers: str = ""
 
 
 @dataclass

@@ -14,7 +14,7 @@ from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.experiments.cli import main
 from inferchaos.experiments.probes import build_probes, k8s_probe_of
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
-from tests.fakes.k8s_objects import NS, WORKERS
+from tests.fakes.k8s_objects import GPU_POOL, NS, WORKERS
 from tests.fakes.k8s_scenario import (
     CONTEXT,
     TOKEN_SECRET,
@@ -145,6 +145,43 @@ def test_with_prometheus_the_ray_probe_reads_the_clusters_ray_series_through_it(
     assert all('ray_io_cluster="raycluster-a"' in q for q in ray.selector.queries().values())
 
 
+def test_with_prometheus_the_k8s_probe_reads_kube_state_metrics_through_it(config_path: Path) -> None:
+    from inferchaos.primitives.env_status import PrometheusStatus
+    from inferchaos.steady_state.k8s import K8sProbe
+    from inferchaos.steady_state.prometheus_k8s import (
+        NODES_READY,
+        POD_PHASES,
+        PrometheusK8sProbe,
+        PromKubeSelector,
+    )
+
+    env = K8sEnvironment(load_k8s_env_config(config_path, "cluster"))
+    env.status = lambda: _status()  # type: ignore[method-assign]  # Ray and vLLM are not up in unit tests
+    assert isinstance(next(p for p in build_probes(env)[0] if p.name == "k8s"), K8sProbe)
+
+    settings = {"url": "http://127.0.0.1:9/", "kube_matchers": 'job="kube-state-metrics"'}
+    env = K8sEnvironment(load_k8s_env_config(_edit(config_path, {"prometheus": settings}), "cluster"))
+    prometheus = env._prometheus()
+    assert isinstance(prometheus, PrometheusStatus) and prometheus.kube_matchers == 'job="kube-state-metrics"'
+    env.status = lambda: _status(prometheus)  # type: ignore[method-assign]
+    k8s = next(p for p in build_probes(env)[0] if p.name == "k8s")
+    assert isinstance(k8s, PrometheusK8sProbe) and k8s.url == "http://127.0.0.1:9"
+    # Scoped as the API probe is: the config's namespace, and the allow-list's node pool.
+    assert k8s.selector == PromKubeSelector(NS, 'job="kube-state-metrics"', GPU_POOL)
+    queries = k8s.selector.queries()
+    assert all('job="kube-state-metrics"' in q for q in queries.values())
+    assert f'namespace="{NS}"' in queries[POD_PHASES]
+    assert queries[NODES_READY].endswith(
+        'and on (node) kube_node_labels{job="kube-state-metrics",label_inferchaos_io_pool="gpu"}'
+    )
+
+
+def test_kube_matchers_are_optional_and_add_no_matcher() -> None:
+    from inferchaos.environments.k8s_config import PrometheusSettings
+
+    assert PrometheusSettings("http://prom:9090").kube_matchers == ""
+
+
 def _status(prometheus=None):  # the smallest EnvStatus the probe builder reads
     from inferchaos.primitives.env_status import (
         EnvStatus,
@@ -181,6 +218,11 @@ def _status(prometheus=None):  # the smallest EnvStatus the probe builder reads
         ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_file": "/t", "auth_token_key": "auth_token"}}, (),
          "ray.auth_token_key: names a key of auth_token_secret; set that Secret too"),
         ({"vllm": {"service_url": "u", "model": "m"}}, (), "missing required key(s) vllm.label_selector"),
+        ({"prometheus": {"url": "u", "kube_matchers": '{job="ksm"}'}}, (),
+         "prometheus.kube_matchers: must be PromQL label matchers without the braces (the probe adds them)"),
+        ({"prometheus": {"url": "u", "kube_matchers": 'job="ksm", namespace="monitoring"'}}, (),
+         "prometheus.kube_matchers: must not match on namespace: the probe scopes by kube.namespace"),
+        ({"prometheus": {"url": "u", "kube_matchers": 7}}, (), "key 'prometheus.kube_matchers' must be"),
     ],
 )  # fmt: skip
 def test_bad_configs_are_one_line_errors(config_path: Path, change: dict, drop: tuple, message: str) -> None:
