@@ -16,14 +16,14 @@ from typing import Any
 from chaoslib.discovery.discover import discover_actions, discover_probes, initialize_discovery_result
 
 from inferchaos.errors import InferchaosError
-from inferchaos.experiments import ctk_probes, ctk_slo
+from inferchaos.experiments import ctk_live, ctk_probes, ctk_slo
 from inferchaos.faults.k8s import probes as k8s_probes
 from inferchaos.faults.registry import action_modules
 
 logger = logging.getLogger(__name__)
 
 EXTENSION = "inferchaos"
-PROBE_MODULES = (ctk_probes.__name__, ctk_slo.__name__, k8s_probes.__name__)
+PROBE_MODULES = (ctk_probes.__name__, ctk_slo.__name__, ctk_live.__name__, k8s_probes.__name__)
 
 
 def _version() -> str:

@@ -23,7 +23,7 @@ from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError, U
 from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import Act, FaultActs, build_journal
-from inferchaos.experiments.probes import ProbeFactory, build_probes
+from inferchaos.experiments.probes import ProbeFactory, build_probes, close_probes
 from inferchaos.experiments.redact import redact, secret_values
 from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.experiments.verdict import NO_EFFECT, FaultOutcome, Status, Timing, Verdict
@@ -31,7 +31,7 @@ from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.capabilities import Environment
-from inferchaos.steady_state.base import ClosableProbe, Probe
+from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.detection import detect_signals
 from inferchaos.steady_state.evaluation import (
@@ -338,7 +338,7 @@ class Runner:
             sampler.stop()
             await asyncio.gather(sampling, return_exceptions=True)
             await canary.stop()
-            await _close_probes(probes)
+            await close_probes(probes)
             timeline.mark(Mark.END, time.time())
 
     def _sampler_ended(self, task: asyncio.Task[int]) -> None:
@@ -811,12 +811,6 @@ def _merge_evidence(during: Evidence | None, after: Evidence | None) -> dict[str
         base.setdefault("timestamps", {}).update(after.timestamps)
         base["reason_after_revert"] = after.reason
     return base
-
-
-async def _close_probes(probes: list[Probe]) -> None:
-    for probe in probes:
-        if isinstance(probe, ClosableProbe):
-            await probe.aclose()
 
 
 def _render_reports(run_dir: Path) -> None:

@@ -143,9 +143,13 @@ def _canary_timeout(path: Path, raw: Any) -> float:
     )
 
 
+ROLLBACK_PREFIX = "rollback_"
+
+
 def _fault_step(path: Path, method: list[Any]) -> FaultStep:
     modules = registry.action_modules()
-    steps = []
+    steps: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    reverts: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     for index, activity in enumerate(method):
         key = f"method[{index}]"
         if not isinstance(activity, dict):
@@ -154,7 +158,10 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
         if not isinstance(provider, dict):
             raise _fail(path, f"{key}.provider", "required: a mapping with type, module and func")
         if activity.get("type") == "action" and provider.get("module") in modules:
-            steps.append((index, activity, provider))
+            # A plain `chaos run` judges recovery in its hypothesis after the method, before
+            # the rollbacks: the method itself reverts the fault (the runner reverts on its own).
+            is_revert = str(provider.get("func", "")).startswith(ROLLBACK_PREFIX)
+            (reverts if is_revert else steps).append((index, activity, provider))
     if len(steps) != 1:
         where = f" ({', '.join(f'method[{i}]' for i, _, _ in steps)})" if steps else ""
         raise _fail(
@@ -169,6 +176,13 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
     if fault_name is None:
         offered = registry.actions_of(module_name)
         raise _fail(path, f"{key}.provider.func", f"unknown fault {func!r}; {module_name} has {offered}")
+    for revert_index, _, revert in reverts:
+        if revert_index < index or (revert["module"], revert.get("func")) != (
+            module_name,
+            f"{ROLLBACK_PREFIX}{func}",
+        ):
+            raise _fail(path, f"method[{revert_index}].provider.func",
+                        f"a revert in the method must be {ROLLBACK_PREFIX}{func} of {module_name}, after {key}")  # fmt: skip
     arguments = provider.get("arguments", {}) or {}
     if not isinstance(arguments, dict):
         raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")

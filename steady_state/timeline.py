@@ -135,6 +135,11 @@ class Timeline:
         """Phase marks by name (see :class:`Mark`), in epoch seconds."""
         return dict(self._marks)
 
+    def attach(self, writer: TimelineWriter) -> None:
+        """Mirror the rows and marks recorded from now on to ``writer`` (a timeline read back from
+        its file, to be continued there)."""
+        self._writer = writer
+
     def append_tick(self, rows: Sequence[Row]) -> None:
         """Record one tick's rows: on disk first (if a writer is attached), then in memory."""
         if self._writer is not None:

@@ -68,3 +68,16 @@ def stopped_processes(env: LocalEnvironment) -> list[int]:
             except psutil.NoSuchProcess:
                 continue
     return stopped
+
+
+def skip_unless_it_can_run(scenario: str, env: LocalEnvironment) -> None:
+    """Skip, with the reason, a scenario this machine or environment cannot run: gpu_memory_squat
+    without replica memory budgets, a network scenario on loopback."""
+    import pytest
+
+    from inferchaos.primitives.memory_budget import budgets_available
+
+    if scenario == "gpu_memory_squat" and not budgets_available()[0]:
+        pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
+    if scenario.startswith("network_") and (network := env.network()).mode != "netns":
+        pytest.skip(f"the environment is on loopback: {network.reason}")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from env_checks import stopped_processes, wait_until_whole
+from env_checks import skip_unless_it_can_run, stopped_processes, wait_until_whole
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
@@ -49,12 +49,8 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
     from ray.util.state import list_actors
 
     from inferchaos.faults.ray.actors import LEAK_NAMESPACE
-    from inferchaos.primitives.memory_budget import budgets_available
 
-    if scenario == "gpu_memory_squat" and not budgets_available()[0]:
-        pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
-    if scenario.startswith("network_") and (network := local_env.network()).mode != "netns":
-        pytest.skip(f"the environment is on loopback: {network.reason}")
+    skip_unless_it_can_run(scenario, local_env)
     wait_until_whole(local_env)
     result = subprocess.run(
         [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(CONTROLS / f"{scenario}.yaml"),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from chaos_cli import assert_nothing_left, chaos_run
 from env_checks import wait_until_whole
 
 from inferchaos.environments.local.config import LocalEnvConfig
@@ -201,3 +202,19 @@ def test_gameday_ha_passes_and_its_control_fails_as_expected(
     assert Ledger(integration_home / "ledger").is_empty()
     assert len(_gcs_pids(gcs_env)) == 1
     wait_until_whole(gcs_env, timeout_s=120)
+
+
+@pytest.mark.gcs_ft
+def test_chaos_run_of_gcs_loss_holds_the_hypothesis_before_and_after(
+    gcs_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    wait_until_whole(gcs_env)
+    run = chaos_run(EXPERIMENT, integration_home, tmp_path)
+    after = run.outputs("after")
+    print(f"gcs_loss by chaos run: {run.journal['status']}, after: {after.get('steady-state-sampled')}")
+    assert run.returncode == 0 and run.journal["status"] == "completed", run.output[-4000:]
+    assert run.hypothesis("before")["steady_state_met"] and run.hypothesis("after")["steady_state_met"]
+    assert after["steady-state-sampled"]["recovered"] is True
+    assert [r["status"] for r in run.journal["rollbacks"]] == ["succeeded"]
+    assert_nothing_left(integration_home)
+    assert len(_gcs_pids(gcs_env)) == 1

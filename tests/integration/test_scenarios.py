@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from env_checks import skip_unless_it_can_run
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
@@ -43,12 +44,7 @@ def _verdict(out: Path, name: str) -> dict:
 def test_scenario_passes_on_a_healthy_environment(
     scenario: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
 ) -> None:
-    from inferchaos.primitives.memory_budget import budgets_available
-
-    if scenario == "gpu_memory_squat" and not budgets_available()[0]:
-        pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
-    if scenario.startswith("network_") and (network := local_env.network()).mode != "netns":
-        pytest.skip(f"the environment is on loopback: {network.reason}")
+    skip_unless_it_can_run(scenario, local_env)
     result = _inferchaos(
         ["run", str(EXPERIMENTS / f"{scenario}.yaml"), "--out", str(tmp_path)], integration_home
     )
@@ -112,26 +108,3 @@ def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
     assert ledger.is_empty()
     again = _inferchaos(["cleanup"], integration_home)
     assert again.returncode == 0 and "nothing to revert" in again.stdout
-
-
-def test_chaos_toolkit_cli_runs_the_strict_pg_stall_experiment(
-    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
-) -> None:
-    journal = tmp_path / "journal.json"
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("chaos")), "run", "--journal-path", str(journal),
-         str(EXPERIMENTS / "strict_pg_stall.yaml")],
-        env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
-    data = json.loads(journal.read_text())
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert data["status"] == "completed"
-    action, effect = data["run"]
-    assert action["status"] == "succeeded" and action["activity"]["name"] == "stall-placement-group"
-    assert effect["activity"]["name"] == "fault-had-an-effect"
-    assert effect["output"]["effect_observed"] is True, effect["output"]
-    assert [r["status"] for r in data["rollbacks"]] == ["succeeded"]
-    assert Ledger(integration_home / "ledger").is_empty()

@@ -77,6 +77,7 @@ EXPECTED: dict[str, str] = {
     # The method's fault action: exactly one.
     "no_fault_action.yaml": f"method: needs exactly one fault action from {FAULT_MODULES}; found 0",
     "two_fault_actions.yaml": f"method: needs exactly one fault action from {FAULT_MODULES}; found 2 (method[0], method[1])",
+    "method_revert_of_another_fault.yaml": "method[1].provider.func: a revert in the method must be rollback_flood_kv_cache of inferchaos.faults.vllm.actions, after method[0]",
     "unknown_environment.yaml": "environment.name: unknown environment 'moon'; use one of local, kind, cluster",
     # Stop conditions and recovery.
     "stop_conditions_not_a_list.yaml": "stop_conditions: must be a list of guardrails like SLOs (probe, op, threshold), got dict",

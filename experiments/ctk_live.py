@@ -1,0 +1,263 @@
+"""The SLOs as live Chaos Toolkit hypothesis probes, so a plain `chaos run` judges the steady state.
+
+chaoslib runs an experiment's steady-state hypothesis twice, before the method and after it,
+and a hypothesis holds when every probe meets its tolerance both times. Each experiment's
+hypothesis therefore lists :func:`sample_steady_state` and one :func:`slo_live` probe per
+baseline and recovery SLO:
+
+- before the method, :func:`sample_steady_state` samples every layer for the experiment's
+  baseline into a timeline of its own (a ``timeline.csv`` under the working directory), and
+  each SLO is judged over that baseline: a recovery SLO must hold at rest too;
+- after the method (whose last action reverts the fault: chaoslib plays the rollbacks only
+  after this hypothesis), it samples until recovery is confirmed as the runner confirms it,
+  and each SLO is judged over the recovery hold, a baseline SLO included.
+
+A baseline-relative threshold scales with the baseline this run sampled. The timeline is the
+runner's format, so `inferchaos report` and the reports read it too. During-phase SLOs need
+samples while the fault acts, which only the inferchaos runner takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from inferchaos.errors import ConfigError, ProbeError
+from inferchaos.experiments.probes import build_probes, close_probes
+from inferchaos.faults.actions import Configuration, Secrets, open_local_environment
+from inferchaos.primitives.capabilities import Environment
+from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
+from inferchaos.steady_state.evaluation import (
+    PhaseWindow,
+    RecoveryResult,
+    evaluate_slo,
+    phase_windows,
+    recover,
+)
+from inferchaos.steady_state.sampler import Sampler
+from inferchaos.steady_state.slo import Phase, Slo, SloSpec, ensure_slos_are_valid
+from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter, read_timeline
+
+# Under chaostoolkit's logger, as Chaos Toolkit's own extensions log: `chaos run` prints it (and
+# writes it to chaostoolkit.log), so a long wait for recovery shows its progress.
+logger = logging.getLogger(f"chaostoolkit.{__name__}")
+
+# What Chaos Toolkit's discovery lists (experiments/discovery.py).
+__all__ = ["sample_steady_state", "sampled", "slo_live", "slo_met"]
+
+INTERVAL_S = 1.0
+# A recovery SLO needs this many samples after the revert before it is judged, as in the runner.
+MIN_RECOVERY_SAMPLES = 3
+PROGRESS_EVERY_S = 10.0
+
+# The timelines whose baseline this process sampled: chaoslib runs both hypotheses in one
+# process, so the second call for a timeline is the one after the method. A timeline left by
+# an earlier, interrupted `chaos run` is then never mistaken for this run's baseline.
+_BASELINES: set[Path] = set()
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What :func:`sample_steady_state` recorded, as the journal shows it."""
+
+    phase: str
+    ticks: int
+    seconds: float
+    recovered: bool | None = None
+    time_to_recover_s: float | None = None
+    reason: str = ""
+
+
+def _spec(slos: Sequence[Mapping[str, Any]], recovery: Mapping[str, Any] | None) -> SloSpec:
+    declared: dict[str, Any] = {"slos": [dict(s) for s in slos]}
+    if recovery is not None:
+        declared["recovery"] = dict(recovery)
+    try:
+        return ensure_slos_are_valid(declared)
+    except ConfigError as e:
+        raise ProbeError(f"cannot judge these SLOs: {e}") from e
+
+
+def sample_steady_state(
+    timeline: str = "timeline.csv",
+    baseline_s: float = 8.0,
+    slos: Sequence[Mapping[str, Any]] = (),
+    recovery: Mapping[str, Any] | None = None,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """Sample every layer of the local environment into ``timeline``: for ``baseline_s`` the first
+    time in this process, after the method until ``recovery`` is confirmed (at most its
+    ``within_s`` plus ``hold_s``) and every recovery SLO of ``slos`` has samples.
+
+    ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
+    experiment's recovery declaration. Returns what was sampled (phase, ticks, seconds and,
+    after the method, whether and how fast it recovered).
+    """
+    path = Path(timeline).resolve()
+    spec = _spec(slos, recovery)
+    with _LOCK:
+        before = path not in _BASELINES
+        _BASELINES.add(path)
+    env = open_local_environment(configuration)
+    if before:
+        path.unlink(missing_ok=True)
+        sampled = asyncio.run(_sample_baseline(env, path, baseline_s))
+    else:
+        with _LOCK:
+            _BASELINES.discard(path)
+        sampled = asyncio.run(_sample_recovery(env, path, spec))
+    return asdict(sampled)
+
+
+async def _sample_baseline(env: Environment, path: Path, seconds: float) -> Sampled:
+    logger.info("sampling the steady state for %g s before the method into %s", seconds, path)
+    with TimelineWriter(path) as writer:
+        timeline = Timeline(writer)
+        started = time.time()
+        timeline.mark(Mark.BASELINE_START, started)
+        ticks = await _sample(env, timeline, lambda: time.time() - started >= seconds)
+        timeline.mark(Mark.INJECTED, time.time())
+    return Sampled(Phase.BASELINE.value, ticks, time.time() - started)
+
+
+async def _sample_recovery(env: Environment, path: Path, spec: SloSpec) -> Sampled:
+    if not path.exists():
+        raise ProbeError(f"{path}: no baseline was sampled before the method")
+    recorded = read_timeline(path)
+    rec = spec.recovery
+    budget = (rec.within_s + rec.hold_s + 2 * INTERVAL_S) if rec else 5.0
+    needed = [s for s in spec.slos if s.phase is Phase.RECOVERY]
+    result: list[RecoveryResult | None] = [None]
+
+    def done() -> bool:
+        windows = phase_windows(timeline)
+        if Phase.RECOVERY not in windows:
+            return False
+        if any(evaluate_slo(timeline, s, windows).samples < MIN_RECOVERY_SAMPLES for s in needed):
+            return False
+        result[0] = recover(timeline, spec, windows)
+        return result[0] is None or result[0].recovered
+
+    logger.info(
+        "sampling after the method until the steady state is back (at most %g s) into %s", budget, path
+    )
+    with TimelineWriter(path) as writer:
+        timeline = recorded
+        timeline.attach(writer)
+        started = time.time()
+        timeline.mark(Mark.REVERTED, started)
+        deadline = time.monotonic() + budget
+        ticks = await _sample(env, timeline, lambda: done() or time.monotonic() >= deadline)
+        timeline.mark(Mark.END, time.time())
+    final = result[0] if result[0] is not None else recover(timeline, spec)
+    return Sampled(
+        Phase.RECOVERY.value,
+        ticks,
+        time.time() - started,
+        None if final is None else final.recovered,
+        None if final is None else final.time_to_recover_s,
+        "" if final is None else final.reason,
+    )
+
+
+async def _sample(env: Environment, timeline: Timeline, enough: Callable[[], bool]) -> int:
+    """Sample every probe of ``env`` (the canary's traffic included) until ``enough()``."""
+    env.connect_ray()
+    pace = CanaryPace()
+    probes, canary = build_probes(env, pace)
+    # Ray's state API is the slowest reader; it may use the whole interval, as in the runner.
+    sampler = Sampler(
+        probes, timeline, INTERVAL_S, timeouts={p.name: INTERVAL_S for p in probes if p.name == "ray"}
+    )
+    await canary.start(phase_between_ticks(pace.rate_per_s, INTERVAL_S))
+    sampling = asyncio.create_task(sampler.run())
+    began, said = time.monotonic(), time.monotonic()
+    try:
+        while not enough() and not sampling.done():
+            await asyncio.sleep(0.5)
+            if time.monotonic() - said >= PROGRESS_EVERY_S:
+                said = time.monotonic()
+                logger.info("still sampling: %.0f s, %d ticks", said - began, sampler.ticks)
+    finally:
+        sampler.stop()
+        await asyncio.gather(sampling, return_exceptions=True)
+        await canary.stop()
+        await close_probes(probes)
+    return sampler.ticks
+
+
+def slo_live(
+    slo: Mapping[str, Any],
+    timeline: str = "timeline.csv",
+    recovery: Mapping[str, Any] | None = None,
+    steady: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Judge ``slo`` (its declaration in the experiment's ``slos``) over what
+    :func:`sample_steady_state` last sampled into ``timeline``: the baseline before the method,
+    the recovery hold after it (``recovery`` and the ``steady`` SLOs' declarations say where
+    recovery was confirmed; unconfirmed, the last moments sampled).
+
+    Returns the judgement: ``ok``, ``observed``, ``op``, ``threshold`` (scaled by this run's
+    baseline where the SLO is relative to it), ``samples`` and ``reason``; its tolerance is
+    :func:`slo_met`.
+    """
+    name = str(slo.get("name"))
+    spec = _spec([slo, *(s for s in steady if s.get("name") != name)], recovery)
+    try:
+        recorded = read_timeline(Path(timeline))
+    except ConfigError as e:
+        raise ProbeError(f"cannot judge SLO {name!r}: {e}") from e
+    windows = phase_windows(recorded)
+    declared = spec.slos[0]
+    if Phase.RECOVERY not in windows:
+        judged, rec = replace(declared, phase=Phase.BASELINE, after_s=None), None
+    else:
+        judged, rec = _after_the_method(declared, spec, recorded, windows)
+    result = evaluate_slo(recorded, judged, windows, rec)
+    threshold = None if math.isnan(result.threshold) else result.threshold
+    return {
+        "ok": result.ok,
+        "observed": result.observed,
+        "op": result.op,
+        "threshold": threshold,
+        "phase": judged.phase.value,
+        "samples": result.samples,
+        "reason": result.reason,
+    }
+
+
+def _after_the_method(
+    declared: Slo, spec: SloSpec, recorded: Timeline, windows: Mapping[Phase, PhaseWindow]
+) -> tuple[Slo, RecoveryResult | None]:
+    """``declared`` as judged after the method: over the recovery hold, where it was confirmed."""
+    rec = recover(recorded, spec, windows)
+    hold = spec.recovery.hold_s if spec.recovery else MIN_RECOVERY_SAMPLES * INTERVAL_S
+    if declared.phase is Phase.RECOVERY and declared.window_s is not None:
+        return declared, rec
+    # A phase-long SLO would count the seconds before the platform was back: judge the state it
+    # got back to, over the hold that confirmed it, as a windowed recovery SLO is judged.
+    return replace(declared, phase=Phase.RECOVERY, window_s=hold, after_s=None), rec
+
+
+def slo_met(value: Mapping[str, Any] | None = None) -> bool:
+    """The tolerance of a :func:`slo_live` probe: its judgement says the SLO held.
+
+    chaoslib passes the probe's output as ``value``; it checks a tolerance's arguments before
+    it has one, hence the default.
+    """
+    return bool(value is not None and value.get("ok"))
+
+
+def sampled(value: Mapping[str, Any] | None = None) -> bool:
+    """The tolerance of :func:`sample_steady_state`: it took samples. Whether they meet the SLOs
+    is for the :func:`slo_live` probes after it to say, each by name."""
+    return bool(value is not None and value.get("ticks"))

@@ -1,0 +1,81 @@
+"""Every local experiment run by Chaos Toolkit's own `chaos run`, on the real environment.
+
+A plain `chaos run` judges the experiment's baseline and recovery SLOs in its steady-state
+hypothesis, before the method and after it (experiments/ctk_live.py), and plays the rollbacks
+with ``--rollback-strategy=always``. gcs_loss needs --gcs-ft: test_gcs_ft.py runs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from chaos_cli import assert_nothing_left, chaos_run
+from env_checks import skip_unless_it_can_run, wait_until_whole
+
+from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.experiments.suites import SUITES
+
+pytestmark = pytest.mark.integration
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def _judged(experiment: Path) -> set[str]:
+    """The SLOs a plain `chaos run` judges: the experiment's baseline and recovery SLOs."""
+    raw = yaml.safe_load(experiment.read_text())
+    return {s["name"] for s in raw["slos"] if s["phase"] in ("baseline", "recovery")}
+
+
+@pytest.mark.parametrize("scenario", SUITES["default"])
+def test_chaos_run_holds_the_hypothesis_before_and_after_and_plays_the_rollbacks(
+    scenario: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    skip_unless_it_can_run(scenario, local_env)
+    wait_until_whole(local_env)
+    experiment = EXPERIMENTS / f"{scenario}.yaml"
+    run = chaos_run(experiment, integration_home, tmp_path)
+    after = run.outputs("after")
+    print(f"{scenario}: {run.journal['status']}, after the method: {after.get('steady-state-sampled')}")
+    assert run.returncode == 0, run.output[-4000:]
+    assert run.journal["status"] == "completed" and run.journal["deviated"] is False, run.output[-4000:]
+    for when in ("before", "after"):
+        state = run.hypothesis(when)
+        assert state["steady_state_met"] is True, state
+        judged = {
+            name for name, output in run.outputs(when).items() if isinstance(output, dict) and "ok" in output
+        }
+        assert judged == _judged(experiment), f"{when}: the hypothesis judges {judged}"
+    assert after["steady-state-sampled"]["recovered"] is True, after["steady-state-sampled"]
+    # The fault bit: its evidence, read while it acted, is in the journal's method.
+    effect = next(r for r in run.journal["run"] if r["activity"]["name"] == "fault-had-an-effect")
+    assert effect["output"]["effect_observed"] is True, effect["output"]
+    assert [r["status"] for r in run.journal["rollbacks"]] == ["succeeded"], run.journal["rollbacks"]
+    assert_nothing_left(integration_home)
+
+
+def test_chaos_run_fails_when_the_platform_does_not_recover(
+    local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
+) -> None:
+    """The same hypothesis misses when the stall is left in place through it (the method's revert
+    taken out): the plain `chaos run` deviates and exits 1, and the rollback still clears it."""
+    wait_until_whole(local_env)
+    raw = yaml.safe_load((EXPERIMENTS / "strict_pg_stall.yaml").read_text())
+    raw["method"] = [a for a in raw["method"] if not a["provider"]["func"].startswith("rollback_")]
+    raw["recovery"]["within_s"] = 10  # the stall never clears: no need to wait out 30 s
+    broken = tmp_path / "strict_pg_stall_not_reverted.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    run = chaos_run(broken, integration_home, tmp_path / "run")
+    after = run.hypothesis("after")
+    failed = [p["activity"]["name"] for p in after["probes"] if not p["tolerance_met"]]
+    print(f"not reverted: {run.journal['status']}, deviated {run.journal['deviated']}, missed {failed}")
+    assert after["steady_state_met"] is False
+    # chaoslib's words for a run whose method completed and whose steady state deviated; `chaos
+    # run` exits 1 for it.
+    assert run.journal["deviated"] is True and run.journal["status"] == "completed"
+    assert run.returncode == 1, run.output[-3000:]
+    assert failed and failed[0] in {"no_pending_groups_before", "no_pending_groups_after"}, failed
+    assert run.outputs("after")["steady-state-sampled"]["recovered"] is False
+    assert [r["status"] for r in run.journal["rollbacks"]] == ["succeeded"]
+    assert_nothing_left(integration_home)
