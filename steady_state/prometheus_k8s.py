@@ -46,7 +46,6 @@ do not count a Pod twice. The readings lag the API server by a scrape interval.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Mapping
@@ -56,8 +55,9 @@ import httpx
 
 from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.layers import Layer
-from inferchaos.primitives.prometheus_api import PromSeries, finite, instant_query
+from inferchaos.primitives.prometheus_api import PromSeries, finite
 from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.prometheus_queries import PromQueries
 
 logger = logging.getLogger(__name__)
 
@@ -319,27 +319,15 @@ class PrometheusK8sProbe:
         timeout_s: float = 2.0,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.url = url
         self.selector = selector
-        self.timeout_s = timeout_s
         # Built now, so a node selector PromQL cannot express is a ConfigError before the run starts.
-        self._queries = selector.queries()
-        self._client = client
-        self._owns_client = client is None
+        self.source = PromQueries(url, selector.queries(), timeout_s=timeout_s, client=client)
 
     async def read(self) -> list[Sample]:
         """Samples named as steady_state/k8s.py names them (``k8s.*``, no RayCluster ones);
         ProbeError when Prometheus could not answer or holds no kube-state-metrics series."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
-        keys = list(self._queries)
-        answers = await asyncio.gather(
-            *(instant_query(self._client, self.url, self._queries[k], self.timeout_s) for k in keys)
-        )
-        return k8s_samples_of(dict(zip(keys, answers, strict=True)), self.selector)
+        return k8s_samples_of(await self.source.answers(), self.selector)
 
     async def aclose(self) -> None:
         """Close the HTTP client if this probe created it; idempotent."""
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.source.aclose()

@@ -26,7 +26,6 @@ the monitor every 5 s), so these readings lag the state API by that much.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,8 +34,9 @@ import httpx
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from inferchaos.primitives.prometheus_api import PromSeries, finite, instant_query
+from inferchaos.primitives.prometheus_api import PromSeries, finite
 from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.prometheus_queries import PromQueries
 
 logger = logging.getLogger(__name__)
 
@@ -135,26 +135,14 @@ class PrometheusRayProbe:
         timeout_s: float = 2.0,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.url = url
         self.selector = selector
-        self.timeout_s = timeout_s
-        self._queries = selector.queries()
-        self._client = client
-        self._owns_client = client is None
+        self.source = PromQueries(url, selector.queries(), timeout_s=timeout_s, client=client)
 
     async def read(self) -> list[Sample]:
         """Samples named as in steady_state/catalog.py (``ray.*``); ProbeError when Prometheus
         could not answer or holds no Ray series."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
-        keys = list(self._queries)
-        answers = await asyncio.gather(
-            *(instant_query(self._client, self.url, self._queries[k], self.timeout_s) for k in keys)
-        )
-        return ray_samples_of(dict(zip(keys, answers, strict=True)))
+        return ray_samples_of(await self.source.answers())
 
     async def aclose(self) -> None:
         """Close the HTTP client if this probe created it; idempotent."""
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.source.aclose()

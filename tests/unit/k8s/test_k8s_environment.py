@@ -141,7 +141,7 @@ def test_with_prometheus_the_ray_probe_reads_the_clusters_ray_series_through_it(
     env.status = lambda: _status(prometheus)  # type: ignore[method-assign]  # Ray and vLLM are not up in unit tests
     probes, _ = build_probes(env)
     ray = next(p for p in probes if p.name == "ray")
-    assert isinstance(ray, PrometheusRayProbe) and ray.url == "http://127.0.0.1:9"
+    assert isinstance(ray, PrometheusRayProbe) and ray.source.url == "http://127.0.0.1:9"
     assert all('ray_io_cluster="raycluster-a"' in q for q in ray.selector.queries().values())
 
 
@@ -165,7 +165,7 @@ def test_with_prometheus_the_k8s_probe_reads_kube_state_metrics_through_it(confi
     assert isinstance(prometheus, PrometheusStatus) and prometheus.kube_matchers == 'job="kube-state-metrics"'
     env.status = lambda: _status(prometheus)  # type: ignore[method-assign]
     k8s = next(p for p in build_probes(env)[0] if p.name == "k8s")
-    assert isinstance(k8s, PrometheusK8sProbe) and k8s.url == "http://127.0.0.1:9"
+    assert isinstance(k8s, PrometheusK8sProbe) and k8s.source.url == "http://127.0.0.1:9"
     # Scoped as the API probe is: the config's namespace, and the allow-list's node pool.
     assert k8s.selector == PromKubeSelector(NS, 'job="kube-state-metrics"', GPU_POOL)
     queries = k8s.selector.queries()
