@@ -22,6 +22,7 @@ from enum import StrEnum
 
 from inferchaos.layers import TRIAGE_ORDER, Layer
 from inferchaos.steady_state.detectors import least_squares_slope
+from inferchaos.steady_state.network import CONNECT_TIMEOUT_S
 from inferchaos.steady_state.timeline import Row, Timeline, format_labels, parse_labels
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,11 @@ C = Condition
 RULES: tuple[Rule, ...] = (
     # Network: the head's own reads of each worker's link (steady_state/network.py). A dead
     # node's namespace still answers, so these name only links that carry nothing or crawl.
+    # The probe waits CONNECT_TIMEOUT_S for a handshake, so a link slowed past that reads as
+    # unreachable too: the reason says both (slow_link's control adds 500 ms and lands here).
     Rule(Layer.NETWORK, "network.node_reachable", C.EQUALS, 0,
-         "the head cannot reach worker node {labels} over the network (a TCP handshake went unanswered)"),
+         "the head cannot reach worker node {labels} over the network (no TCP handshake answered "
+         f"within {CONNECT_TIMEOUT_S:g} s: the link is cut or slower than that)"),
     # A handshake across the bridge takes well under 1 ms here; 100 ms throughout is a link
     # slowed on purpose or by a failing NIC. Throughout: the head times each handshake from a
     # thread of the sampler, and on a CPU-starved machine one reading in a kv_flood control

@@ -424,6 +424,8 @@ def test_a_partition_is_network_although_ray_then_marks_the_node_dead(synth: Syn
     result = diagnose(synth, timeline)
     assert result.layer == "network", result
     assert result.reason.startswith("the head cannot reach worker node node=worker-1")
+    # A link slowed past the probe's connect timeout reads the same: the reason says so.
+    assert "within 0.5 s: the link is cut or slower than that" in result.reason
     also = result.evidence["also"]
     assert isinstance(also, list) and any(a.startswith("ray: 1 more Ray node(s) dead") for a in also)
 
