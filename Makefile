@@ -47,13 +47,13 @@ gameday: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q -n 3 --dist loadfile $(PYTEST_ARGS)
-	$(BIN)/python -m pytest tests/integration -q --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration -q --durations=30 $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q -n 3 --dist loadfile $(PYTEST_ARGS)
 
 test-integration: $(STAMP)
-	$(BIN)/python -m pytest tests/integration -q --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration -q --durations=30 $(PYTEST_ARGS)
 
 # ruff (lint and format), import-linter (layers import one way), mypy (types).
 lint: $(STAMP)

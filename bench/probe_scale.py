@@ -4,7 +4,13 @@ Prints, measured side by side in one run, the median and max time of one tick of
 replica's vLLM probe (what the sampler does once per interval):
 - direct: each replica's ``/metrics`` fetched and parsed (steady_state/vllm.py);
 - through Prometheus: the fixed set of PromQL queries of steady_state/prometheus_vllm.py, sent
-  to a real Prometheus (the distribution's) that scrapes the same replicas.
+  to a real Prometheus (the distribution's) that scrapes the same replicas, configured as the
+  local environment's (environments/local/prometheus_server.py): the latency quantiles and the
+  preemption rate read from its recording rules, and only the series the probes read kept at
+  ingestion;
+- computed: the same Prometheus asked to compute those quantiles at each tick
+  (``histogram_quantile`` over ``rate`` of every bucket series), as a Prometheus without the
+  rules is asked; the curve the rules replace.
 
 The replicas are stand-ins: one threaded HTTP server publishing a recorded vLLM ``/metrics``
 (tests/fixtures/metrics/vllm_flooded.txt, about 600 series) on ``/r/<n>/metrics`` and an empty
@@ -13,7 +19,8 @@ Prometheus scrapes every ``--scrape-interval`` seconds (5 by default: what is me
 query side, and 1,000 targets each second would measure the scraping of a 2-core machine).
 
 Target: through Prometheus a tick stays <= 250 ms at 1,000 replicas, and does not grow with the
-replica count.
+replica count. Before a count is measured, every stand-in is scraped and the rules have
+recorded it.
 
 Run: .venv/bin/python bench/probe_scale.py [--counts 2,50,200,1000] [--ticks 5]
 Needs `prometheus` on PATH (apt-get install prometheus); starts and ends everything itself.
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import multiprocessing
 import os
 import signal
@@ -30,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -40,6 +49,7 @@ from inferchaos.environments.local.prometheus_server import (
     VLLM_JOB,
     Target,
     start_prometheus,
+    vllm_selector,
     write_targets,
 )
 from inferchaos.faults.base import wait_until
@@ -79,7 +89,7 @@ def _serve(text: bytes, port: int) -> None:
     _Server(("127.0.0.1", port), Replica).serve_forever()
 
 
-def _stand_in(text: bytes) -> tuple[multiprocessing.Process, int]:
+def _stand_in(text: bytes) -> tuple[multiprocessing.process.BaseProcess, int]:
     """The stand-in replicas in a process of their own, so their serving is not this process's cost."""
     port = free_port()
     server = multiprocessing.get_context("fork").Process(target=_serve, args=(text, port), daemon=True)
@@ -103,9 +113,8 @@ def _targets(port: int, count: int, path: str) -> list[Target]:
     ]
 
 
-def _scraped(url: str) -> int:
-    """How many stand-ins Prometheus scraped successfully last time."""
-    query = f'count(up{{job="{VLLM_JOB}"}} == 1)'
+def _count(url: str, query: str) -> int:
+    """The value of a ``count(...)`` query; 0 while Prometheus is too busy to answer."""
     try:
         answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=10.0).json()
     except httpx.HTTPError:
@@ -114,26 +123,40 @@ def _scraped(url: str) -> int:
     return int(float(result[0]["value"][1])) if result else 0
 
 
-def _wait_scraped(url: str, count: int, budget_s: float) -> None:
-    """Wait until every stand-in was scraped, saying how many are every 10 s."""
+def _wait_scraped(url: str, count: int, budget_s: float, selector: PromVllmSelector) -> None:
+    """Wait until every stand-in was scraped and recorded, saying how far it is every 10 s."""
+    scraped = f'count(up{{job="{VLLM_JOB}"}} == 1)'
+    # The group's last rule: a replica it recorded, every rule before it recorded too.
+    recorded = f"count({selector.recording_rules()[-1].record})"
     deadline = time.monotonic() + budget_s
     said = 0.0
-    while (up := _scraped(url)) < count:
+    while True:
+        up, done = _count(url, scraped), _count(url, recorded)
+        if up >= count and done >= count:
+            return
         if time.monotonic() > deadline:
-            raise SystemExit(f"Prometheus scraped {up} of {count} stand-ins within {budget_s:.0f} s")
+            raise SystemExit(
+                f"Prometheus scraped {up} and recorded {done} of {count} stand-ins within {budget_s:.0f} s"
+            )
         if time.monotonic() - said >= 10.0:
-            print(f"  waiting for Prometheus to scrape {count} stand-ins: {up} up", flush=True)
+            print(f"  waiting for Prometheus to scrape and record {count} stand-ins: {up} up, {done} recorded",
+                  flush=True)  # fmt: skip
             said = time.monotonic()
         time.sleep(1.0)
 
 
 async def _tick_ms(probes: list[VllmProbe] | list[PrometheusVllmProbe]) -> float:
+    # The garbage of the method measured before (a direct tick parses every replica's text)
+    # is not this one's to collect: in a run, only one of them reads.
+    gc.collect()
     started = time.perf_counter()
     await asyncio.gather(*(p.read() for p in probes))
     return (time.perf_counter() - started) * 1000.0
 
 
-async def _measure(port: int, prom_url: str, count: int, ticks: int) -> tuple[list[float], list[float]]:
+async def _measure(
+    port: int, prom_url: str, count: int, ticks: int, selector: PromVllmSelector
+) -> tuple[list[float], list[float], list[float]]:
     names = [f"replica-{n}" for n in range(count)]
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
@@ -141,21 +164,27 @@ async def _measure(port: int, prom_url: str, count: int, ticks: int) -> tuple[li
             VllmProbe(name, f"http://127.0.0.1:{port}/r/{n}/metrics", f"http://127.0.0.1:{port}/r/{n}/health", client=client, timeout_s=120.0)
             for n, name in enumerate(names)
         ]  # fmt: skip
-        selector = PromVllmSelector(
-            replica_label="replica",
-            matchers=f'job="{VLLM_JOB}"',
-            health_matchers=f'job="{HEALTH_JOB}"',
-            window_s=30.0,
+        # Each mode said outright: a source left to ask Prometheus' rules API would time that
+        # request too, once.
+        source = PrometheusVllmSource(
+            prom_url, replace(selector, recorded=True), client=client, timeout_s=120.0
         )
-        source = PrometheusVllmSource(prom_url, selector, client=client, timeout_s=120.0)
+        computing = PrometheusVllmSource(
+            prom_url, replace(selector, recorded=False), client=client, timeout_s=120.0
+        )
         through = [PrometheusVllmProbe(name, source) for name in names]
-        direct_ms, through_ms = [], []
+        computed = [PrometheusVllmProbe(name, computing) for name in names]
+        direct_ms: list[float] = []
+        through_ms: list[float] = []
+        computed_ms: list[float] = []
         for _ in range(ticks):
             direct_ms.append(await _tick_ms(direct))
             await asyncio.sleep(source.max_age_s)  # a new round of queries, as the next tick would send
             through_ms.append(await _tick_ms(through))
             await asyncio.sleep(source.max_age_s)
-        return direct_ms, through_ms
+            computed_ms.append(await _tick_ms(computed))
+            await asyncio.sleep(source.max_age_s)
+        return direct_ms, through_ms, computed_ms
 
 
 def main() -> None:
@@ -172,6 +201,8 @@ def main() -> None:
     server, port = _stand_in(RECORDED.read_bytes())
     with tempfile.TemporaryDirectory(prefix="ic-probe-scale-") as scratch:
         folder = Path(scratch)
+        # What the Prometheus below records: its rules' window is five of its scrape intervals.
+        selector = vllm_selector(args.scrape_interval)
         record = start_prometheus(
             free_port(),
             folder / "prometheus",
@@ -181,17 +212,21 @@ def main() -> None:
         )
         try:
             print(f"{'replicas':>8}  {'direct median':>13}  {'direct max':>10}  {'prometheus median':>17}  "
-                  f"{'prometheus max':>14}  {'direct / prometheus':>19}")  # fmt: skip
+                  f"{'prometheus max':>14}  {'direct / prometheus':>19}  {'computed median':>15}  "
+                  f"{'computed max':>12}")  # fmt: skip
             for count in counts:
                 targets_dir = Path(record.targets_dir)
                 write_targets(targets_dir, VLLM_JOB, _targets(port, count, "metrics"))
                 write_targets(targets_dir, HEALTH_JOB, _targets(port, count, "health"))
                 budget = 30.0 + 3 * args.scrape_interval + count * 0.05
-                _wait_scraped(record.url, count, budget)
-                direct_ms, through_ms = asyncio.run(_measure(port, record.url, count, args.ticks))
-                d, t = statistics.median(direct_ms), statistics.median(through_ms)
+                _wait_scraped(record.url, count, budget, selector)
+                direct_ms, through_ms, computed_ms = asyncio.run(
+                    _measure(port, record.url, count, args.ticks, selector)
+                )
+                d, t, c = (statistics.median(ms) for ms in (direct_ms, through_ms, computed_ms))
                 print(f"{count:>8}  {d:>10.1f} ms  {max(direct_ms):>7.1f} ms  {t:>14.1f} ms  "
-                      f"{max(through_ms):>11.1f} ms  {d / t:>18.1f}x", flush=True)  # fmt: skip
+                      f"{max(through_ms):>11.1f} ms  {d / t:>18.1f}x  {c:>12.1f} ms  "
+                      f"{max(computed_ms):>9.1f} ms", flush=True)  # fmt: skip
         finally:
             os.killpg(record.pid, signal.SIGTERM)
             os.waitpid(record.pid, 0)  # started by this process: reap it

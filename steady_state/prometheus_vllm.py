@@ -4,9 +4,13 @@ Scraping every replica's ``/metrics`` from where the suite runs costs one reques
 parse per replica per tick, and on a real cluster the Pods are often unreachable from there.
 Through Prometheus a tick is a fixed set of queries, whatever the replica count: the gauges
 and counters in one selector, the latency quantiles by ``histogram_quantile`` over ``rate`` of
-the buckets, grouped by the label that names a replica. One :class:`PrometheusVllmSource`
-answers every replica's probe of a tick; each replica keeps its own probe, so a replica whose
-scrape failed is an error row of its own (``vllm@replica-0``), as with direct scraping.
+the buckets, grouped by the label that names a replica. Where Prometheus has loaded the
+recording rules of primitives/vllm_promql.py (the local environment's has), the quantiles and
+the preemption rate are read as it recorded them, in one query: computing them at each tick
+costs Prometheus a ``rate`` over every bucket series of every replica, which grows with the
+replica count. One :class:`PrometheusVllmSource` answers every replica's probe of a tick; each
+replica keeps its own probe, so a replica whose scrape failed is an error row of its own
+(``vllm@replica-0``), as with direct scraping.
 """
 
 from __future__ import annotations
@@ -15,85 +19,28 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from inferchaos.primitives.prometheus_api import PromSeries, finite, instant_query
-from inferchaos.primitives.vllm_metrics import (
-    CACHE_CONFIG,
-    E2E,
-    GENERATION_TOKENS,
-    ITL,
-    KV_USAGE,
-    OLDER_NAMES,
-    PREEMPTIONS,
-    PROMPT_TOKENS,
-    RUNNING,
-    TTFT,
-    WAITING,
+from inferchaos.primitives.prometheus_api import PromSeries, finite, instant_query, recording_rule_names
+from inferchaos.primitives.vllm_metrics import KV_USAGE, WINDOW_QUANTILES
+from inferchaos.primitives.vllm_promql import (
+    CACHE_INFO,
+    HEALTH,
+    PREEMPTION_RATE,
+    RECORDED,
+    SERIES,
+    SERIES_PROBES,
+    UP,
+    PromVllmSelector,
+    RecordingRule,
 )
 from inferchaos.steady_state.base import Sample
-from inferchaos.steady_state.vllm import WINDOW_QUANTILES
 
 logger = logging.getLogger(__name__)
-
-# Series read as they are (vLLM's name -> the probe's), the older KV name after today's.
-SERIES_PROBES: Mapping[str, str] = {
-    RUNNING: "vllm.num_requests_running",
-    WAITING: "vllm.num_requests_waiting",
-    KV_USAGE: "vllm.kv_cache_usage",
-    **{old: "vllm.kv_cache_usage" for old in OLDER_NAMES[KV_USAGE]},
-    PREEMPTIONS: "vllm.num_preemptions_total",
-    PROMPT_TOKENS: "vllm.prompt_tokens_total",
-    GENERATION_TOKENS: "vllm.generation_tokens_total",
-}
-HISTOGRAMS: Mapping[str, str] = {"ttft": TTFT, "itl": ITL, "e2e": E2E}
-# Keys of the queries that are not latency quantiles.
-SERIES, UP, HEALTH, CACHE_INFO, PREEMPTION_RATE = "series", "up", "health", "cache_info", "preemption_rate"
-
-
-@dataclass(frozen=True)
-class PromVllmSelector:
-    """Which series are the replicas', and the label that names a replica on them.
-
-    ``matchers`` select the replicas' ``/metrics`` targets (``job="vllm"``); ``health_matchers``
-    a second job that scrapes each replica's ``/health`` (an empty 200 is a scrape with no
-    samples, a 503 a failed one), whose ``up`` is ``vllm.healthy``; without it that reading
-    is left out. ``window_s`` is the range of ``rate``: it must hold two scrapes at least.
-    """
-
-    replica_label: str = "replica"
-    matchers: str = ""
-    health_matchers: str | None = None
-    window_s: float = 5.0
-
-    def selector(self, metric: str = "", *extra: str) -> str:
-        inner = ",".join(m for m in (self.matchers, *extra) if m)
-        return f"{metric}{{{inner}}}" if inner else metric
-
-    def queries(self) -> dict[str, str]:
-        """Every query of one tick, by key (a quantile's key is its probe name)."""
-        by = self.replica_label
-        window = f"[{self.window_s:g}s]"
-        names = "|".join(name.removeprefix("vllm:") for name in SERIES_PROBES)
-        queries = {
-            SERIES: self.selector("", f'__name__=~"vllm:({names})"'),
-            # A replica that may run at several addresses (the local environment's namespaces)
-            # has a target at each; it is up where any of them is.
-            UP: f"max by ({by}) ({self.selector('up')})",
-            CACHE_INFO: self.selector(CACHE_CONFIG),
-            PREEMPTION_RATE: f"sum by ({by}) (rate({self.selector(PREEMPTIONS)}{window}))",
-        }
-        if self.health_matchers is not None:
-            health = f"up{{{self.health_matchers}}}" if self.health_matchers else "up"
-            queries[HEALTH] = f"max by ({by}) ({health})"
-        for probe, attribute, q in WINDOW_QUANTILES:
-            buckets = self.selector(f"{HISTOGRAMS[attribute]}_bucket")
-            queries[probe] = f"histogram_quantile({q:g}, sum by ({by}, le) (rate({buckets}{window})))"
-        return queries
 
 
 @dataclass
@@ -152,12 +99,25 @@ def readings_of(results: Mapping[str, list[PromSeries]], replica_label: str) -> 
     return readings
 
 
+def by_rule(recorded: list[PromSeries], rules: list[RecordingRule]) -> dict[str, list[PromSeries]]:
+    """The recorded series of one query, split by the query each rule stands for (see :func:`readings_of`)."""
+    keys = {r.record: r.key for r in rules}
+    split: dict[str, list[PromSeries]] = {}
+    for s in recorded:
+        key = keys.get(s.labels.get("__name__", ""))
+        if key is not None:
+            split.setdefault(key, []).append(s)
+    return split
+
+
 class PrometheusVllmSource:
     """One round of queries per tick, shared by every replica's probe of that tick.
 
     A round younger than ``max_age_s`` is answered again (the replicas' probes of one tick
     run together); so is its failure, so a Prometheus that is down costs one round, not one
-    per replica.
+    per replica. A selector whose ``recorded`` is None reads the recorded series where
+    Prometheus evaluates every rule of :meth:`PromVllmSelector.recording_rules` (by name),
+    else computes them; decided once, at the first round Prometheus answers.
     """
 
     def __init__(
@@ -174,7 +134,8 @@ class PrometheusVllmSource:
         self.selector = selector
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
-        self._queries = selector.queries()
+        self._queries = selector.queries() if selector.recorded is not None else None
+        self._rules = selector.recording_rules()
         self._client = client
         self._owns_client = client is None
         self._clock = clock
@@ -196,17 +157,43 @@ class PrometheusVllmSource:
             raise outcome
         return outcome
 
+    async def _round_queries(self) -> dict[str, str]:
+        """The queries of this round: the selector's, or those Prometheus' rules allow."""
+        if self._queries is not None:
+            return self._queries
+        computed = replace(self.selector, recorded=False).queries()
+        try:
+            loaded = await recording_rule_names(self._http(), self.url, self.timeout_s)
+        except ProbeError as e:
+            logger.info("could not list the recording rules of %s (asking again next round): %s", self.url, e)
+            return computed
+        missing = sorted({r.record for r in self._rules} - loaded)
+        if missing:
+            logger.info(
+                "%s does not record %s: the vLLM quantiles are computed at each tick",
+                self.url,
+                ", ".join(missing),
+            )
+            self._queries = computed
+        else:
+            logger.info("%s records the vLLM quantiles (%s): reading them", self.url, self._rules[0].record)
+            self._queries = replace(self.selector, recorded=True).queries()
+        return self._queries
+
     async def _query_round(self) -> dict[str, ReplicaReading] | ProbeError:
         client = self._http()
-        keys = list(self._queries)
+        queries = await self._round_queries()
+        keys = list(queries)
         try:
             answers = await asyncio.gather(
-                *(instant_query(client, self.url, self._queries[k], self.timeout_s) for k in keys)
+                *(instant_query(client, self.url, queries[k], self.timeout_s) for k in keys)
             )
         except ProbeError as e:
             logger.info("a round of vLLM queries to %s failed: %s", self.url, e)
             return e
-        return readings_of(dict(zip(keys, answers, strict=True)), self.selector.replica_label)
+        results = dict(zip(keys, answers, strict=True))
+        results |= by_rule(results.pop(RECORDED, []), self._rules)
+        return readings_of(results, self.selector.replica_label)
 
     async def aclose(self) -> None:
         """Close the HTTP client if this source created it; idempotent."""

@@ -19,23 +19,10 @@ import httpx
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from inferchaos.primitives.vllm_metrics import VllmSnapshot, parse_metrics
+from inferchaos.primitives.vllm_metrics import WINDOW_QUANTILES, VllmSnapshot, parse_metrics
 from inferchaos.steady_state.base import Sample
 
 logger = logging.getLogger(__name__)
-
-# Sample names as exposed (prometheus_client strips ``_total`` from a counter's *family*
-# name but keeps it on the sample, so samples are matched by their own names).
-# (probe name, histogram attribute, quantile) emitted per window.
-WINDOW_QUANTILES: tuple[tuple[str, str, float], ...] = (
-    ("vllm.ttft_p50_s", "ttft", 0.50),
-    ("vllm.ttft_p95_s", "ttft", 0.95),
-    ("vllm.ttft_p99_s", "ttft", 0.99),
-    ("vllm.itl_p50_s", "itl", 0.50),
-    ("vllm.itl_p95_s", "itl", 0.95),
-    ("vllm.e2e_p50_s", "e2e", 0.50),
-    ("vllm.e2e_p95_s", "e2e", 0.95),
-)
 
 
 def window_samples(

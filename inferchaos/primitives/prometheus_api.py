@@ -3,7 +3,7 @@
 https://prometheus.io/docs/prometheus/latest/querying/api/ - an instant query answers
 ``{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {...},
 "value": [<unix time>, "<number>"]}]}}``; a failed one ``{"status": "error", "errorType": ...,
-"error": ...}``, with HTTP 400, 422 or 503.
+"error": ...}``, with HTTP 400, 422 or 503. ``/api/v1/rules`` lists the rule groups it evaluates.
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ def vector_of(payload: Mapping[str, Any], query: str) -> list[PromSeries]:
     return series
 
 
+def promql_duration(seconds: float) -> str:
+    """A PromQL duration (``5s``, ``2500ms``): PromQL refuses fractions (``2.5s``), and a recording
+    rule's name holds no dot."""
+    millis = round(seconds * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
+
 def finite(series: list[PromSeries]) -> list[PromSeries]:
     """The elements with a number: ``histogram_quantile`` answers NaN for a window without observations."""
     return [s for s in series if math.isfinite(s.value)]
@@ -65,3 +72,35 @@ async def instant_query(
     except ValueError as e:
         raise ProbeError(f"Prometheus at {base_url} answered HTTP {response.status_code} without JSON") from e
     return vector_of(payload, query)
+
+
+async def recording_rule_names(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> set[str]:
+    """The names of the recording rules Prometheus evaluates (``/api/v1/rules?type=record``).
+
+    ProbeError when it did not answer, or answered 5xx (not ready yet): ask again later. A
+    backend without the rules API (a 4xx, or no JSON) records nothing: an empty set.
+    """
+    url = f"{base_url.rstrip('/')}/api/v1/rules"
+    try:
+        response = await client.get(url, params={"type": "record"}, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        raise ProbeError(f"Prometheus at {base_url} did not answer: {type(e).__name__}: {e}") from e
+    if response.status_code >= 500:
+        raise ProbeError(f"Prometheus at {base_url} answered {url} with HTTP {response.status_code}")
+    try:
+        payload = response.json()
+    except ValueError:
+        return set()
+    data = (
+        payload.get("data") if isinstance(payload, Mapping) and payload.get("status") == "success" else None
+    )
+    groups = data.get("groups") if isinstance(data, Mapping) else None
+    if not isinstance(groups, list):
+        return set()
+    return {
+        str(rule["name"])
+        for group in groups
+        if isinstance(group, Mapping)
+        for rule in group.get("rules", [])
+        if isinstance(rule, Mapping) and rule.get("type") == "recording" and "name" in rule
+    }

@@ -23,6 +23,20 @@ TTFT = "vllm:time_to_first_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
 CACHE_CONFIG = "vllm:cache_config_info"
+# The latency histograms, by their VllmSnapshot attribute.
+HISTOGRAMS: Mapping[str, str] = {"ttft": TTFT, "itl": ITL, "e2e": E2E}
+# The latency quantiles every vLLM probe emits per window: (probe name, histogram attribute,
+# quantile). The one list: direct scraping computes them, the PromQL probe queries them, and
+# a Prometheus' recording rules precompute them (primitives/vllm_promql.py).
+WINDOW_QUANTILES: tuple[tuple[str, str, float], ...] = (
+    ("vllm.ttft_p50_s", "ttft", 0.50),
+    ("vllm.ttft_p95_s", "ttft", 0.95),
+    ("vllm.ttft_p99_s", "ttft", 0.99),
+    ("vllm.itl_p50_s", "itl", 0.50),
+    ("vllm.itl_p95_s", "itl", 0.95),
+    ("vllm.e2e_p50_s", "e2e", 0.50),
+    ("vllm.e2e_p95_s", "e2e", 0.95),
+)
 # The families parse_metrics reads. A replica exposes some 60 families (~50 KB); parsing
 # only these makes a read about 4x cheaper (6.6 -> 1.5 ms measured), which matters because
 # every replica is parsed on the sampler's event loop once per tick.

@@ -37,6 +37,7 @@ from inferchaos.faults.base import wait_until
 from inferchaos.primitives.env_status import ReplicaStatus
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.processes import free_port
+from inferchaos.primitives.prometheus_api import recording_rule_names
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
@@ -178,13 +179,17 @@ async def _compare(prometheus: PrometheusRecord, replicas: list[ReplicaStatus]) 
         health_matchers='job="vllm_health"',
         window_s=5.0,
     )
+    # Unsaid, the source reads the quantiles this Prometheus records (its rules); the computing
+    # one asks for them as of any Prometheus.
     source = PrometheusVllmSource(prometheus.url, selector)
+    computing = PrometheusVllmSource(prometheus.url, replace(selector, recorded=False))
     names = [r.name for r in replicas]
     direct = {r.name: VllmProbe(r.name, r.metrics_url, f"{r.url}/health") for r in replicas}
     try:
         before = {n: _values(await direct[n].read()) for n in names}
         await asyncio.sleep(SCRAPE_INTERVAL_S * 1.5)
         through = {n: _values(await PrometheusVllmProbe(n, source).read()) for n in names}
+        computed = {n: _values(await PrometheusVllmProbe(n, computing).read()) for n in names}
         after = {n: _values(await direct[n].read()) for n in names}
         print("direct before:", before, "\nthrough prometheus:", through, "\ndirect after:", after)
         for n in names:
@@ -199,15 +204,21 @@ async def _compare(prometheus: PrometheusRecord, replicas: list[ReplicaStatus]) 
             if after[n]["vllm.generation_tokens_total"] > before[n]["vllm.generation_tokens_total"]
         ]
         assert served, "the traffic reached no replica"
-        # Requests finished in the rate window on each replica that served: it has a TTFT quantile.
+        # Requests finished in the rate window on each replica that served: it has a TTFT quantile,
+        # recorded by the rules as computed by the query they stand for.
+        async with httpx.AsyncClient() as client:
+            loaded = await recording_rule_names(client, prometheus.url, 5.0)
+        assert {r.record for r in selector.recording_rules()} <= loaded, loaded
         for n in served:
             assert 0.0 < through[n]["vllm.ttft_p95_s"] < 30.0, through[n]
+            assert 0.0 < computed[n]["vllm.ttft_p95_s"] < 30.0, computed[n]
         with pytest.raises(ProbeError, match="up 0"):
             await PrometheusVllmProbe("replica-9", source).read()
         with pytest.raises(ProbeError, match="no .* target"):
             await PrometheusVllmProbe("replica-7", source).read()
     finally:
         await source.aclose()
+        await computing.aclose()
         for probe in direct.values():
             await probe.aclose()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,10 +20,12 @@ from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.prometheus_server import (
     HEALTH_JOB,
     RAY_JOB,
+    RULES_FILE,
     VLLM_JOB,
     PrometheusRecord,
     Target,
     scrape_config,
+    vllm_selector,
     write_targets,
 )
 from inferchaos.environments.local.ray_cluster import (
@@ -36,6 +39,8 @@ from inferchaos.environments.local.ray_cluster import (
 )
 from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.primitives.ray_nodes import NodePorts, RayNodeRecord
+from inferchaos.primitives.vllm_metrics import parse_metrics
+from inferchaos.primitives.vllm_promql import KEPT_METRICS, PromVllmSelector
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,16 +74,65 @@ def test_every_job_scrapes_each_second_and_gives_up_on_a_target_within_its_tick(
 @pytest.mark.skipif(
     shutil.which("promtool") is None, reason="the distribution's prometheus (promtool) is not installed"
 )
-def test_the_real_promtool_accepts_the_scrape_config(tmp_path: Path) -> None:
+def test_the_real_promtool_accepts_the_scrape_config_and_its_rules(tmp_path: Path) -> None:
     for job in (VLLM_JOB, HEALTH_JOB, RAY_JOB):
         write_targets(tmp_path, job, [Target("127.0.0.1:8100", {"replica": "replica-0"})])
+    rules = tmp_path / RULES_FILE
+    rules.write_text(vllm_selector().rules_yaml())
     config = tmp_path / "prometheus.yml"
-    config.write_text(yaml.safe_dump(scrape_config(tmp_path)))
+    config.write_text(yaml.safe_dump(scrape_config(tmp_path, rules_file=rules)))
     checked = subprocess.run(
         ["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "WARNING" not in checked.stdout, checked.stdout
+    assert "SUCCESS: 1 rule files found" in checked.stdout, "promtool checked the rules file too"
+
+
+def test_the_rules_prometheus_evaluates_are_those_of_the_probes_built_from_its_status(tmp_path: Path) -> None:
+    rules = tmp_path / RULES_FILE
+    assert scrape_config(tmp_path, rules_file=rules)["rule_files"] == [str(rules)]
+    assert "rule_files" not in scrape_config(tmp_path)
+    status = PrometheusRecord(pid=7, port=61191, log_path="p.log", targets_dir=str(tmp_path)).status()
+    # What experiments/probes.py builds from the environment's status.
+    probes = PromVllmSelector(
+        replica_label=status.replica_label,
+        matchers=status.matchers,
+        health_matchers=status.health_matchers,
+        window_s=status.rate_window_s,
+    )
+    assert probes.recording_rules() == vllm_selector().recording_rules()
+    assert vllm_selector(5.0).window_s == 25.0, "a rate's window holds five scrapes"
+
+
+def _kept(text: str, regex: str) -> str:
+    """The exposition text less the samples a ``keep`` relabelling drops (RE2 anchors it)."""
+    return "".join(
+        line + "\n"
+        for line in text.splitlines()
+        if line.startswith("#") or re.fullmatch(regex, line.split("{")[0].split(" ")[0])
+    )
+
+
+def test_the_replicas_job_keeps_only_the_series_the_probes_read(tmp_path: Path) -> None:
+    jobs = {job["job_name"]: job for job in scrape_config(tmp_path)["scrape_configs"]}
+    [keep] = jobs[VLLM_JOB]["metric_relabel_configs"]
+    assert keep["action"] == "keep" and keep["source_labels"] == ["__name__"]
+    assert "metric_relabel_configs" not in jobs[HEALTH_JOB] and "metric_relabel_configs" not in jobs[RAY_JOB]
+    recorded = (REPO / "tests" / "fixtures" / "metrics" / "vllm_flooded.txt").read_text()
+    kept = _kept(recorded, keep["regex"])
+    samples = [line for line in kept.splitlines() if not line.startswith("#")]
+    assert len(samples) < 100 < 500 < len(recorded.splitlines()), len(samples)
+    # Everything the probes read survives: the replica reads the same from what is kept.
+    assert parse_metrics(kept) == parse_metrics(recorded)
+    names = {line.split("{")[0].split(" ")[0] for line in samples}
+    assert names == {name for name in KEPT_METRICS if name in recorded}
+    assert "vllm:request_queue_time_seconds_bucket" not in names
+    assert "vllm:time_to_first_token_seconds_count" not in names, "the rules read buckets only"
+    # And every series a recording rule reads.
+    for rule in PromVllmSelector().recording_rules():
+        read = set(re.findall(r"vllm:[a-z0-9_]+", rule.expr))
+        assert read and read <= names, rule.expr
 
 
 def test_the_prometheus_port_is_its_own_within_the_slot() -> None:

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
+import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from inferchaos.errors import ProbeError
 from inferchaos.experiments.probes import vllm_probes
@@ -24,6 +33,7 @@ from inferchaos.primitives.env_status import (
 )
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries, vector_of
+from inferchaos.primitives.vllm_promql import RECORDED, RULE_GROUP
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
     CACHE_INFO,
@@ -34,6 +44,7 @@ from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
     PrometheusVllmSource,
     PromVllmSelector,
+    by_rule,
     readings_of,
 )
 from inferchaos.steady_state.vllm import WINDOW_QUANTILES, VllmProbe
@@ -104,7 +115,7 @@ def test_one_tick_is_a_fixed_set_of_queries_grouped_by_the_replica_label() -> No
     # A cluster's Prometheus with no matchers and no health job: bare selectors, no health query.
     bare = PromVllmSelector(replica_label="pod").queries()
     assert bare[UP] == "max by (pod) (up)" and HEALTH not in bare
-    assert bare[CACHE_INFO] == "vllm:cache_config_info"
+    assert bare[CACHE_INFO] == "max by (pod, num_gpu_blocks, block_size) (vllm:cache_config_info)"
 
 
 def _results() -> dict[str, list[PromSeries]]:
@@ -205,3 +216,186 @@ def test_an_environment_with_prometheus_reads_every_replica_through_one_source_w
         "histogram_quantile(0.95, sum by (pod, le) "
         '(rate(vllm:time_to_first_token_seconds_bucket{namespace="llm"}[60s])))'
     )
+
+
+def test_every_reading_a_tick_computes_has_a_rule_named_level_metric_operations() -> None:
+    rules = LOCAL.recording_rules()
+    computed = LOCAL.queries()
+    assert {r.key for r in rules} == {PREEMPTION_RATE, *(p for p, _, _ in WINDOW_QUANTILES)}
+    assert len({r.record for r in rules}) == len(rules), "one series per rule"
+    for rule in rules:
+        # A rule is exactly the query it spares a tick, so both routes read the same number.
+        assert rule.expr == computed[rule.key]
+        # level:metric:operations: the label the rule keeps, vLLM's metric, the operations
+        # newest first (a quantile of a rate, or the rate).
+        assert re.fullmatch(r"replica:vllm_[a-z0-9_]+:(p\d+(_\d+)?_)?rate5s", rule.record), rule.record
+    by_key = {r.key: r.record for r in rules}
+    assert by_key["vllm.ttft_p95_s"] == "replica:vllm_time_to_first_token_seconds:p95_rate5s"
+    # A counter under rate() drops its _total.
+    assert by_key[PREEMPTION_RATE] == "replica:vllm_num_preemptions:rate5s"
+    # A cluster's replica label and window name its rules; a fraction of a second is in ms
+    # (a name holds no dot, and PromQL refuses "2.5s").
+    cluster = PromVllmSelector(replica_label="pod", matchers='namespace="llm"', window_s=2.5)
+    assert {r.key: r.record for r in cluster.recording_rules()}["vllm.itl_p50_s"] == (
+        "pod:vllm_inter_token_latency_seconds:p50_rate2500ms"
+    )
+    assert "[2500ms]" in cluster.queries()["vllm.itl_p50_s"]
+
+
+def test_the_rules_file_is_one_group_holding_every_rule() -> None:
+    document = yaml.safe_load(LOCAL.rules_yaml())
+    [group] = document["groups"]
+    assert group["name"] == RULE_GROUP
+    assert group["rules"] == [{"record": r.record, "expr": r.expr} for r in LOCAL.recording_rules()]
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="the distribution's prometheus (promtool) is not installed"
+)
+def test_the_real_promtool_accepts_the_rules_of_a_local_and_a_cluster_selector(tmp_path: Path) -> None:
+    cluster = PromVllmSelector(replica_label="pod", matchers='namespace="llm"', window_s=60)
+    for n, selector in enumerate((LOCAL, cluster)):
+        rules = tmp_path / f"rules-{n}.yml"
+        rules.write_text(selector.rules_yaml())
+        checked = subprocess.run(
+            ["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"SUCCESS: {len(selector.recording_rules())} rules found" in checked.stdout
+
+
+def test_recorded_queries_read_exactly_the_rules_series_and_nothing_else_changes() -> None:
+    recorded = replace(LOCAL, recorded=True).queries()
+    computed = LOCAL.queries()
+    assert set(recorded) == {SERIES, UP, HEALTH, CACHE_INFO, RECORDED}, "one query for every rule"
+    match = re.fullmatch(r'\{__name__=~"(.*)"\}', recorded[RECORDED])
+    assert match is not None, recorded[RECORDED]
+    assert sorted(match.group(1).split("|")) == sorted(r.record for r in LOCAL.recording_rules())
+    assert {k: v for k, v in recorded.items() if k != RECORDED} == {
+        k: v for k, v in computed.items() if k in recorded
+    }
+    # Unsaid (the default), the queries are those any Prometheus answers.
+    assert LOCAL.recorded is None and computed == replace(LOCAL, recorded=False).queries()
+
+
+def test_recorded_series_read_as_the_samples_the_computed_queries_give() -> None:
+    computed = _results()
+    computed[PREEMPTION_RATE] = [PromSeries({"replica": "replica-0"}, 0.5)]
+    records = {r.key: r.record for r in LOCAL.recording_rules()}
+    # Prometheus answers a recorded series with its name and the labels the rule kept.
+    recorded_series = [
+        PromSeries({"__name__": records[key], **s.labels}, s.value)
+        for key in (PREEMPTION_RATE, "vllm.ttft_p95_s")
+        for s in computed[key]
+    ]
+    recorded = {k: v for k, v in computed.items() if k not in records}
+    recorded |= by_rule(
+        recorded_series + [PromSeries({"__name__": "other:x:y"}, 1.0)], LOCAL.recording_rules()
+    )
+    through_rules, through_queries = readings_of(recorded, "replica"), readings_of(computed, "replica")
+    assert through_rules.keys() == through_queries.keys()
+    for name, reading in through_queries.items():
+        assert through_rules[name].samples == reading.samples, name
+
+
+@dataclass
+class FakePrometheus:
+    """What the stand-in Prometheus answers: each query string's vector, the recording rules it
+    lists (``rules_status`` other than 200: it has no rules API), and the queries it was sent."""
+
+    url: str = ""
+    answers: dict[str, list[PromSeries]] = field(default_factory=dict)
+    rules: list[str] = field(default_factory=list)
+    rules_status: int = 200
+    sent: list[str] = field(default_factory=list)
+    rule_listings: int = 0
+
+
+@pytest.fixture
+async def fake_prometheus() -> AsyncIterator[FakePrometheus]:
+    """Prometheus' query and rules APIs on 127.0.0.1; a query it has no answer for is an empty vector."""
+    fake = FakePrometheus()
+
+    async def query(request: web.Request) -> web.Response:
+        text = str((await request.post()).get("query", ""))
+        fake.sent.append(text)
+        result = [
+            {"metric": s.labels, "value": [1796000000.5, f"{s.value:g}"]} for s in fake.answers.get(text, [])
+        ]
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    async def rules(request: web.Request) -> web.Response:
+        fake.rule_listings += 1
+        if fake.rules_status != 200:
+            return web.Response(status=fake.rules_status, text="404 page not found")
+        assert request.query.get("type") == "record"
+        listed = [{"name": name, "query": "...", "health": "ok", "type": "recording"} for name in fake.rules]
+        group = {"name": RULE_GROUP, "file": "vllm_rules.yml", "rules": listed, "interval": 1}
+        return web.json_response({"status": "success", "data": {"groups": [group]}})
+
+    app = web.Application()
+    app.router.add_post("/api/v1/query", query)
+    app.router.add_get("/api/v1/rules", rules)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    fake.url = str(server.make_url("")).rstrip("/")
+    try:
+        yield fake
+    finally:
+        await server.close()
+
+
+def _answer(fake: FakePrometheus, selector: PromVllmSelector, results: dict[str, list[PromSeries]]) -> None:
+    queries = selector.queries()
+    fake.answers |= {queries[key]: series for key, series in results.items() if key in queries}
+
+
+async def _read_twice(fake: FakePrometheus, selector: PromVllmSelector) -> dict[str, float]:
+    clock = [0.0]
+    source = PrometheusVllmSource(fake.url, selector, clock=lambda: clock[0])
+    try:
+        first = _values(await PrometheusVllmProbe("replica-0", source).read())
+        clock[0] += 1.0  # the next tick: a new round
+        assert _values(await PrometheusVllmProbe("replica-0", source).read()) == first
+    finally:
+        await source.aclose()
+    return first
+
+
+async def test_a_prometheus_that_records_the_rules_is_read_from_them_asked_once(
+    fake_prometheus: FakePrometheus,
+) -> None:
+    fake_prometheus.rules = [r.record for r in LOCAL.recording_rules()] + ["job:other:sum"]
+    records = {r.key: r.record for r in LOCAL.recording_rules()}
+    _answer(fake_prometheus, replace(LOCAL, recorded=True), _results())
+    fake_prometheus.answers[replace(LOCAL, recorded=True).queries()[RECORDED]] = [
+        PromSeries({"__name__": records["vllm.ttft_p95_s"], "replica": "replica-0"}, 0.8),
+        PromSeries({"__name__": records[PREEMPTION_RATE], "replica": "replica-0"}, 0.5),
+    ]
+    values = await _read_twice(fake_prometheus, LOCAL)
+    assert values == _values(readings_of(_results(), "replica")["replica-0"].samples)
+    assert fake_prometheus.rule_listings == 1, "the rules are listed once, not at every tick"
+    assert not any("histogram_quantile" in q for q in fake_prometheus.sent)
+    assert len(fake_prometheus.sent) == 2 * 5, "five queries a tick"
+
+
+@pytest.mark.parametrize("listing", ["some rules missing", "no rules API"])
+async def test_a_prometheus_without_the_rules_is_asked_to_compute_the_quantiles(
+    fake_prometheus: FakePrometheus, listing: str
+) -> None:
+    if listing == "no rules API":
+        fake_prometheus.rules_status = 404
+    else:
+        fake_prometheus.rules = [r.record for r in LOCAL.recording_rules()][:-1]
+    _answer(fake_prometheus, LOCAL, _results())
+    values = await _read_twice(fake_prometheus, LOCAL)
+    assert values["vllm.ttft_p95_s"] == 0.8 and values["vllm.preemption_rate"] == 0.5
+    assert fake_prometheus.rule_listings == 1
+    assert replace(LOCAL, recorded=True).queries()[RECORDED] not in fake_prometheus.sent
+    assert LOCAL.queries()["vllm.ttft_p95_s"] in fake_prometheus.sent
+
+
+async def test_a_selector_that_says_its_route_never_lists_the_rules(fake_prometheus: FakePrometheus) -> None:
+    _answer(fake_prometheus, replace(LOCAL, recorded=False), _results())
+    await _read_twice(fake_prometheus, replace(LOCAL, recorded=False))
+    assert fake_prometheus.rule_listings == 0

@@ -1,0 +1,172 @@
+"""The PromQL of the vLLM probes, for both ends: the queries a tick sends and the rules that spare them.
+
+The probe's end (steady_state/prometheus_vllm.py) sends :meth:`PromVllmSelector.queries` once
+per tick. The Prometheus end takes :meth:`PromVllmSelector.recording_rules`, which precompute
+per replica, once per evaluation interval, the latency quantiles and the preemption rate that
+would otherwise be ``histogram_quantile`` over ``rate`` of every bucket series of every replica
+at each tick, and :func:`keep_relabel_config`, which keeps at ingestion only the vLLM series
+the probes read. All of them are generated from the same constants (primitives/vllm_metrics.py),
+so a rule is exactly the query it replaces. They live below both ends: the local environment's
+Prometheus (environments/local/prometheus_server.py) loads them, and a cluster's operator loads
+:meth:`PromVllmSelector.rules_yaml` into theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from inferchaos.primitives.prometheus_api import promql_duration
+from inferchaos.primitives.vllm_metrics import (
+    CACHE_CONFIG,
+    GENERATION_TOKENS,
+    HISTOGRAMS,
+    KV_USAGE,
+    OLDER_NAMES,
+    PREEMPTIONS,
+    PROMPT_TOKENS,
+    RUNNING,
+    WAITING,
+    WINDOW_QUANTILES,
+)
+
+# Series read as they are (vLLM's name -> the probe's), the older KV name after today's.
+SERIES_PROBES: Mapping[str, str] = {
+    RUNNING: "vllm.num_requests_running",
+    WAITING: "vllm.num_requests_waiting",
+    KV_USAGE: "vllm.kv_cache_usage",
+    **{old: "vllm.kv_cache_usage" for old in OLDER_NAMES[KV_USAGE]},
+    PREEMPTIONS: "vllm.num_preemptions_total",
+    PROMPT_TOKENS: "vllm.prompt_tokens_total",
+    GENERATION_TOKENS: "vllm.generation_tokens_total",
+}
+# Keys of the queries that are not latency quantiles (a quantile's key is its probe name).
+SERIES, UP, HEALTH, CACHE_INFO, PREEMPTION_RATE = "series", "up", "health", "cache_info", "preemption_rate"
+# Every recorded series, in one query: their names tell them apart.
+RECORDED = "recorded"
+RULE_GROUP = "inferchaos_vllm"
+# What a scrape of a replica keeps: the series read as they are, the cache config, and the
+# buckets the quantiles are computed from. vLLM publishes some 600 series per replica.
+KEPT_METRICS: tuple[str, ...] = (
+    *SERIES_PROBES,
+    CACHE_CONFIG,
+    *(f"{histogram}_bucket" for histogram in HISTOGRAMS.values()),
+)
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    """One recording rule: ``record`` holds ``expr`` as of its last evaluation; ``key`` is the
+    query whose answer it precomputes (a quantile's probe name, or ``preemption_rate``)."""
+
+    key: str
+    record: str
+    expr: str
+
+
+def _metric_part(name: str) -> str:
+    # Prometheus reserves colons for recording rules (level:metric:operations); vLLM's own
+    # ``vllm:`` prefix would read as a level, so it is spelt with an underscore in a rule's name.
+    return name.replace(":", "_")
+
+
+def _quantile_operation(q: float) -> str:
+    return "p" + f"{q * 100:g}".replace(".", "_")
+
+
+@dataclass(frozen=True)
+class PromVllmSelector:
+    """Which series are the replicas', and the label that names a replica on them.
+
+    ``matchers`` select the replicas' ``/metrics`` targets (``job="vllm"``); ``health_matchers``
+    a second job that scrapes each replica's ``/health`` (an empty 200 is a scrape with no
+    samples, a 503 a failed one), whose ``up`` is ``vllm.healthy``; without it that reading
+    is left out. ``window_s`` is the range of ``rate``: it must hold two scrapes at least.
+
+    ``recorded`` says where the quantiles and the preemption rate come from: True, the series
+    of :meth:`recording_rules` (a Prometheus that loaded them); False, ``histogram_quantile``
+    computed at each tick (any Prometheus); None, whichever the Prometheus has, as its rules
+    API says (steady_state/prometheus_vllm.py asks it once). :meth:`queries` reads None as False.
+    """
+
+    replica_label: str = "replica"
+    matchers: str = ""
+    health_matchers: str | None = None
+    window_s: float = 5.0
+    recorded: bool | None = None
+
+    def selector(self, metric: str = "", *extra: str) -> str:
+        inner = ",".join(m for m in (self.matchers, *extra) if m)
+        return f"{metric}{{{inner}}}" if inner else metric
+
+    def recording_rules(self) -> list[RecordingRule]:
+        """The rules that precompute, per replica, what a tick would otherwise compute.
+
+        Named ``level:metric:operations`` (https://prometheus.io/docs/practices/rules/): the
+        replica label, the metric (a counter's ``_total`` dropped under ``rate``), and the
+        operations newest first, e.g. ``replica:vllm_time_to_first_token_seconds:p95_rate5s``.
+        """
+        by, window = self.replica_label, promql_duration(self.window_s)
+        preemptions = _metric_part(PREEMPTIONS.removesuffix("_total"))
+        rules = [
+            RecordingRule(
+                PREEMPTION_RATE,
+                f"{by}:{preemptions}:rate{window}",
+                f"sum by ({by}) (rate({self.selector(PREEMPTIONS)}[{window}]))",
+            )
+        ]
+        for probe, attribute, q in WINDOW_QUANTILES:
+            histogram = HISTOGRAMS[attribute]
+            buckets = self.selector(f"{histogram}_bucket")
+            rules.append(
+                RecordingRule(
+                    probe,
+                    f"{by}:{_metric_part(histogram)}:{_quantile_operation(q)}_rate{window}",
+                    f"histogram_quantile({q:g}, sum by ({by}, le) (rate({buckets}[{window}])))",
+                )
+            )
+        return rules
+
+    def queries(self) -> dict[str, str]:
+        """Every query of one tick, by key (a quantile's key is its probe name; the recorded
+        series come in one query, :data:`RECORDED`)."""
+        by = self.replica_label
+        names = "|".join(name.removeprefix("vllm:") for name in SERIES_PROBES)
+        queries = {
+            SERIES: self.selector("", f'__name__=~"vllm:({names})"'),
+            # A replica that may run at several addresses (the local environment's namespaces)
+            # has a target at each; it is up where any of them is.
+            UP: f"max by ({by}) ({self.selector('up')})",
+            # Only the two labels the capacity is made of: the info series carries some twenty
+            # more, which were most of a tick's answer (250 kB at 200 replicas).
+            CACHE_INFO: f"max by ({by}, num_gpu_blocks, block_size) ({self.selector(CACHE_CONFIG)})",
+        }
+        if self.health_matchers is not None:
+            health = f"up{{{self.health_matchers}}}" if self.health_matchers else "up"
+            queries[HEALTH] = f"max by ({by}) ({health})"
+        rules = self.recording_rules()
+        if self.recorded:
+            queries[RECORDED] = '{__name__=~"' + "|".join(r.record for r in rules) + '"}'
+        else:
+            queries |= {r.key: r.expr for r in rules}
+        return queries
+
+    def rules_document(self) -> dict[str, Any]:
+        """The rules file (``rule_files`` of prometheus.yml; its ``groups`` are a PrometheusRule's spec)."""
+        rules = [{"record": r.record, "expr": r.expr} for r in self.recording_rules()]
+        return {"groups": [{"name": RULE_GROUP, "rules": rules}]}
+
+    def rules_yaml(self) -> str:
+        """:meth:`rules_document` as YAML, for a cluster's Prometheus to load."""
+        return yaml.safe_dump(self.rules_document(), sort_keys=False)
+
+
+def keep_relabel_config() -> dict[str, Any]:
+    """A ``metric_relabel_configs`` entry for the replicas' job: keep only :data:`KEPT_METRICS`.
+
+    Prometheus anchors the regex; ``up`` and the ``scrape_*`` series are not scraped samples and stay.
+    """
+    return {"source_labels": ["__name__"], "regex": "|".join(KEPT_METRICS), "action": "keep"}
