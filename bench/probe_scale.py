@@ -17,6 +17,9 @@ The replicas are stand-ins: one threaded HTTP server publishing a recorded vLLM 
 200 on ``/r/<n>/health``, each path a target of its own for Prometheus (``__metrics_path__``).
 Prometheus scrapes every ``--scrape-interval`` seconds (5 by default: what is measured is the
 query side, and 1,000 targets each second would measure the scraping of a 2-core machine).
+``--published kept`` has the stand-ins publish only the series the probes read (what the keep-list
+keeps, as an exporter filtered at the source would): on 2 cores, 1,000 stand-ins of the whole
+text keep Prometheus busy parsing 600,000 lines per scrape, and its answers then measure that.
 
 Target: through Prometheus a tick stays <= 250 ms at 1,000 replicas, and does not grow with the
 replica count. Before a count is measured, every stand-in is scraped and the rules have
@@ -33,6 +36,7 @@ import asyncio
 import gc
 import multiprocessing
 import os
+import re
 import signal
 import statistics
 import sys
@@ -54,6 +58,7 @@ from inferchaos.environments.local.prometheus_server import (
 )
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import free_port
+from inferchaos.primitives.vllm_promql import KEPT_METRICS
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
     PrometheusVllmSource,
@@ -97,6 +102,17 @@ def _stand_in(text: bytes) -> tuple[multiprocessing.process.BaseProcess, int]:
     if wait_until(lambda: _answers(port), 10.0) is None:
         raise SystemExit("the stand-in replicas did not start")
     return server, port
+
+
+def _kept(text: bytes) -> bytes:
+    """``text`` with only the samples of :data:`KEPT_METRICS`, as a filtered exporter publishes it."""
+    kept = set(KEPT_METRICS)
+    lines = [
+        line
+        for line in text.decode().splitlines()
+        if line and not line.startswith("#") and re.split(r"[{ ]", line, maxsplit=1)[0] in kept
+    ]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def _answers(port: int) -> bool:
@@ -194,11 +210,14 @@ def main() -> None:
     parser.add_argument("--counts", default="2,50,200,1000", help="replica counts, comma-separated")
     parser.add_argument("--ticks", type=int, default=5, help="ticks measured per count and method")
     parser.add_argument("--scrape-interval", type=float, default=5.0, help="Prometheus' scrape interval, s")
+    parser.add_argument("--published", choices=("full", "kept"), default="full",
+                        help="what each stand-in publishes: the whole recorded text, or only the series the probes read")  # fmt: skip
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     # A `timeout` or Ctrl-C must still end the Prometheus and the stand-ins this bench started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    server, port = _stand_in(RECORDED.read_bytes())
+    text = RECORDED.read_bytes()
+    server, port = _stand_in(text if args.published == "full" else _kept(text))
     with tempfile.TemporaryDirectory(prefix="ic-probe-scale-") as scratch:
         folder = Path(scratch)
         # What the Prometheus below records: its rules' window is five of its scrape intervals.
