@@ -41,6 +41,7 @@ from inferchaos.params import InvalidValue, seconds
 from inferchaos.primitives.capabilities import NetworkEnvironment
 from inferchaos.primitives.netns import (
     Direction,
+    NetnsError,
     connects_from,
     partition_commands,
     partition_ruleset,
@@ -53,6 +54,11 @@ logger = logging.getLogger(__name__)
 
 NAME = "network.partition_node"
 DEAD_POLL_S = 0.5
+# How long revert waits for the confirming connect before it heals: its timeout (1 s) and a
+# process start on a busy machine, with room.
+CONFIRM_WAIT_S = 10.0
+# How long after the heal revert watches for a DEAD mark from health checks failed during the cut.
+LATE_DEATH_S = 6.0
 
 
 @dataclass
@@ -76,17 +82,30 @@ class PartitionNodeParams:
 
 @dataclass
 class _DeadWatch:
-    """Polls Ray for the cut node's state while the cut lasts, in the injecting process."""
+    """Confirms the cut, then polls Ray for the cut node's state while the cut lasts, in the
+    injecting process."""
 
     stop: threading.Event = field(default_factory=threading.Event)
     dead_at: float | None = None
+    checked: threading.Event = field(default_factory=threading.Event)
+    head_connect_failed: bool | None = None
 
 
 _WATCHES: dict[str, _DeadWatch] = {}
 _WATCHES_LOCK = threading.Lock()
 
 
-def _watch_dead(env: NetworkEnvironment, node_id: str, watch: _DeadWatch) -> None:
+def _watch_dead(env: NetworkEnvironment, handle: FaultHandle, watch: _DeadWatch) -> None:
+    s = handle.state
+    # The confirming connect runs here, not in inject: it costs a process start and its
+    # timeout (1.5-2.5 s on 2 busy cores), which inject would add to the cut's declared length.
+    try:
+        watch.head_connect_failed = not connects_from(s["namespace"], s["head_address"], s["gcs_port"])
+    except NetnsError as e:
+        logger.warning("could not confirm the cut of %s: %s", s["node_name"], e)
+    finally:
+        watch.checked.set()
+    node_id = s["node_id"]
     while not watch.stop.wait(DEAD_POLL_S):
         try:
             dead = any(n.node_id == node_id and not n.alive for n in env.ray_nodes())
@@ -100,6 +119,20 @@ def _watch_dead(env: NetworkEnvironment, node_id: str, watch: _DeadWatch) -> Non
 
 def _node_is_dead(env: NetworkEnvironment, node_id: str) -> bool:
     return any(n.node_id == node_id and not n.alive for n in env.ray_nodes())
+
+
+def _dead_within(env: NetworkEnvironment, node_id: str, seconds: float) -> float | None:
+    """When Ray marked the node DEAD, if it does within ``seconds``; else None."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if _node_is_dead(env, node_id):
+                return time.time()
+        except EnvironmentNotUp as e:
+            logger.debug("node state unread: %s", e)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(DEAD_POLL_S)
 
 
 @register
@@ -166,10 +199,8 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
         watch = _DeadWatch()
         with _WATCHES_LOCK:
             _WATCHES[handle.id] = watch
-        threading.Thread(target=_watch_dead, args=(env, s["node_id"], watch), daemon=True,
+        threading.Thread(target=_watch_dead, args=(env, handle, watch), daemon=True,
                          name=f"partition-{handle.id}").start()  # fmt: skip
-        s["head_connect_failed"] = not connects_from(s["namespace"], str(head), s["gcs_port"])
-        ledger.record(handle)
         logger.info("cut %s off from the head (%s)", s["node_name"], params.direction)
 
     def _undo(
@@ -179,18 +210,28 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
         with _WATCHES_LOCK:
             watch = _WATCHES.pop(handle.id, None)
         if watch is not None:
+            # The confirming connect must end while the link is still cut.
+            watch.checked.wait(CONFIRM_WAIT_S)
             watch.stop.set()
+            if watch.head_connect_failed is not None:
+                s["head_connect_failed"] = watch.head_connect_failed
             if watch.dead_at is not None:
                 s["node_dead_at"] = watch.dead_at
         if s.get("healed_at") is None:
-            # Was it DEAD before the heal? Read now: cleanup after a crash has no watch.
-            if s.get("node_dead_at") is None and _node_is_dead(env, s["node_id"]):
+            # Was it DEAD before the heal? Cleanup after a crash has no watch to say: read Ray now.
+            # With a watch, its last poll says it, and a state API call here would lengthen the cut.
+            if watch is None and s.get("node_dead_at") is None and _node_is_dead(env, s["node_id"]):
                 s["node_dead_at"] = time.time()
             _, revert = partition_commands(s["namespace"], handle.id)
             run_commands([revert], tolerate_gone=True)
             s["healed_at"] = time.time()
             ledger.record(handle)
             s["head_reachable_after"] = connects_from(s["namespace"], s["head_address"], s["gcs_port"])
+            if s.get("node_dead_at") is None:
+                # Health checks that failed during the cut can still add up to DEAD after the
+                # heal (2.4 s after a 3 s cut on 2 busy cores). Ray never takes such a node back,
+                # so the revert replaces it, as it replaces one that died during the cut.
+                s["node_dead_at"] = _dead_within(env, s["node_id"], LATE_DEATH_S)
         if s.get("node_dead_at") is None:
             return
         replacement = s.get("replacement")
@@ -232,12 +273,17 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
             with _WATCHES_LOCK:
                 watch = _WATCHES.get(handle.id)
             dead_at = watch.dead_at if watch is not None else None
-        cut = bool(s.get("head_connect_failed")) and bool(s.get("head_reachable_before"))
+        connect_failed = s.get("head_connect_failed")
+        if connect_failed is None:
+            with _WATCHES_LOCK:
+                live = _WATCHES.get(handle.id)
+            connect_failed = live.head_connect_failed if live is not None else None
+        cut = bool(connect_failed) and bool(s.get("head_reachable_before"))
         symptoms = {
             "node": s["node_name"],
             "direction": params.direction,
             "head_reachable_before": s.get("head_reachable_before"),
-            "head_connect_failed_while_cut": s.get("head_connect_failed"),
+            "head_connect_failed_while_cut": connect_failed,
             "node_marked_dead": dead_at is not None,
             "node_dead_after_s": round(dead_at - injected, 2) if dead_at else None,
             "head_reachable_after_heal": s.get("head_reachable_after"),
