@@ -54,9 +54,17 @@ def _free_gpus_per_node(env: RayProcessEnvironment) -> list[float]:
     return sorted((res.get("GPU", 0.0) for res in per_node.values()), reverse=True)
 
 
-def _waiting_task() -> float:
-    """Work that waits on the stalled group (or, for hog, on a GPU the group reserved)."""
-    return time.time()
+class _WaitingWork:
+    """Work that waits on the stalled group (or, for hog, on a GPU the group reserved).
+
+    An actor, not a task: submitting a task makes the driver's raylet start a worker process
+    at once (measured: a new ``ray::IDLE`` beside the pending task), which on a shared 2-core
+    host stalled canary requests for up to 1 s right after injection. An actor waits in
+    PENDING_CREATION with no process until the GCS can place it.
+    """
+
+    def started_at(self) -> float:
+        return time.time()
 
 
 @register
@@ -69,7 +77,8 @@ class StallPlacementGroup(LocalProcessFault[StallParams]):
     params_type = StallParams
 
     def __init__(self) -> None:
-        self._work_refs: dict[str, Any] = {}
+        # handle id -> (the waiting actor, the ref of its first call)
+        self._work_refs: dict[str, tuple[Any, Any]] = {}
 
     def _plan(self, env: RayProcessEnvironment, params: StallParams) -> Planned:
         per_node = [g for g in _free_gpus_per_node(env) if g >= 1]
@@ -109,14 +118,16 @@ class StallPlacementGroup(LocalProcessFault[StallParams]):
         handle.state["pg_id"] = pg.id.hex()
         ledger.record(handle)
         # Work that needs the group (strict modes) or a GPU outside it (hog) must not start.
+        # (An actor handle: Ray's stubs type its methods as plain callables, without .remote.)
+        waiting: Any
         if params.mode == "hog":
             wait_until(lambda: free_gpus(env) == 0, 15.0, 0.5)
-            ref = ray.remote(num_gpus=1, num_cpus=0)(_waiting_task).remote()
+            waiting = ray.remote(num_gpus=1, num_cpus=0)(_WaitingWork).remote()
         else:
-            ref = ray.remote(
+            waiting = ray.remote(
                 num_gpus=1, num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0)
-            )(_waiting_task).remote()
-        self._work_refs[handle.id] = ref
+            )(_WaitingWork).remote()
+        self._work_refs[handle.id] = (waiting, waiting.started_at.remote())
         handle.state["work_submitted_at"] = time.time()
 
     def _pg_state(self, pg_id: str) -> str:
@@ -132,23 +143,24 @@ class StallPlacementGroup(LocalProcessFault[StallParams]):
         import ray
         from ray.util.placement_group import PlacementGroup, remove_placement_group
 
+        # The waiting work goes first: once the group is gone, it could be placed and start.
+        work = self._work_refs.pop(handle.id, None)
+        if work is not None:
+            ray.kill(work[0])
         pg_id = handle.state.get("pg_id")
         if pg_id and self._pg_state(pg_id) != "REMOVED":
             remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
             handle.reverted_at = time.time()
             ledger.record(handle)
-        ref = self._work_refs.pop(handle.id, None)
-        if ref is not None:
-            ray.cancel(ref, force=True)
 
     def work_started(self, handle: FaultHandle) -> bool:
         """True once the work waiting on the group has run (it must not before revert)."""
         import ray
 
-        ref = self._work_refs.get(handle.id)
-        if ref is None:
+        work = self._work_refs.get(handle.id)
+        if work is None:
             return False
-        ready, _ = ray.wait([ref], timeout=0)
+        ready, _ = ray.wait([work[1]], timeout=0)
         return bool(ready)
 
     def _evidence(self, env: RayProcessEnvironment, params: StallParams, handle: FaultHandle) -> Evidence:
