@@ -18,6 +18,7 @@ from types import ModuleType
 import httpx
 
 from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.environments.local.dashboard_cpu import cap_dashboard, remove_dashboard_group
 from inferchaos.environments.local.extra import require_local_extra
 from inferchaos.environments.local.model import ensure_model
 from inferchaos.environments.local.network import (
@@ -316,6 +317,7 @@ class LocalEnvironment:
             if cfg.prometheus:
                 self._start_prometheus(state)
             self._deploy_replicas(state, started)
+            self._progress(cap_dashboard(state.env_id, state.nodes[0].pid))
         except BaseException as e:
             # Whatever went wrong (Ctrl-C included), nothing started may outlive the attempt.
             self._progress("start-up failed; tearing down what was started")
@@ -604,6 +606,7 @@ class LocalEnvironment:
         (self.state_dir / OVERRIDE_FILE).unlink(missing_ok=True)
         shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
         remove_budgets(state.env_id)
+        remove_dashboard_group(state.env_id)
         # A slowed replica's cgroup outlives its processes when cleanup could not run.
         remove_empty_slow_groups(self.name)
         return sorted(set(ended))
