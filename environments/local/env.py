@@ -31,7 +31,7 @@ from inferchaos.environments.local.network import (
     remove_network,
 )
 from inferchaos.environments.local.progress_check import OVERRIDE_FILE, HealthCheck, health_check_in_force
-from inferchaos.environments.local.prometheus_server import prometheus_path, start_prometheus
+from inferchaos.environments.local.prometheus_server import PROMETHEUS, prometheus_path, start_prometheus
 from inferchaos.environments.local.ray_cluster import (
     NODE_RESOURCE_PREFIX,
     NodeSpec,
@@ -46,6 +46,7 @@ from inferchaos.environments.local.ray_cluster import (
 )
 from inferchaos.environments.local.redis_store import (
     GCS_RECONNECT_TIMEOUT_S,
+    REDIS_SERVER,
     gcs_ft_env,
     redis_server_path,
     start_redis,
@@ -75,7 +76,7 @@ from inferchaos.primitives.processes import (
     port_is_free,
     process_group,
     processes_with_marker,
-    same_process,
+    same_server,
     wait_for_port,
 )
 from inferchaos.primitives.ray_nodes import RayNodeRecord
@@ -582,11 +583,17 @@ class LocalEnvironment:
         # Each node is a process group of its own; what left its parent stays in it.
         procs.update({p.pid: p for node in state.nodes for p in process_group(node.pid)})
         procs.update({p.pid: p for p in processes_with_marker(state.env_id)})
-        redis = same_process(state.redis.pid, state.redis.create_time) if state.redis else None
+        redis = (
+            same_server(state.redis.pid, state.redis.create_time, state.redis.port, REDIS_SERVER)
+            if state.redis
+            else None
+        )
         if redis is not None:
             procs[redis.pid] = redis
         prometheus = (
-            same_process(state.prometheus.pid, state.prometheus.create_time) if state.prometheus else None
+            same_server(state.prometheus.pid, state.prometheus.create_time, state.prometheus.port, PROMETHEUS)
+            if state.prometheus
+            else None
         )
         if prometheus is not None:
             procs[prometheus.pid] = prometheus

@@ -196,9 +196,11 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-# Start times of one process read by two processes agree to the microsecond; a reused pid
-# starts at least one clock tick (10 ms) later.
-CREATE_TIME_TOLERANCE_S = 0.005
+# A start time is boot time plus ticks since boot, and psutil reads the boot time from the
+# wall clock each time: a clock step between the record and the check (NTP, a VM resumed)
+# moves it by whole seconds. A reused pid needs pid_max (32768 here) more processes first,
+# which no host starts within this window.
+CREATE_TIME_TOLERANCE_S = 2.0
 
 
 def same_process(pid: int, create_time: float) -> psutil.Process | None:
@@ -213,6 +215,23 @@ def same_process(pid: int, create_time: float) -> psutil.Process | None:
     except psutil.NoSuchProcess:
         return None
     return proc
+
+
+def same_server(pid: int, create_time: float, port: int, program: str) -> psutil.Process | None:
+    """The server recorded as ``pid``/``create_time``, or the process ``pid`` if it is ``program``
+    listening on TCP ``port`` (its start time read differently since, after a larger clock step);
+    None when neither holds."""
+    proc = same_process(pid, create_time)
+    if proc is not None:
+        return proc
+    try:
+        proc = psutil.Process(pid)
+        if not proc.name().startswith(program):
+            return None
+        listening = [c for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return proc if any(c.laddr and c.laddr.port == port for c in listening) else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

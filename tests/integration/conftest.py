@@ -18,8 +18,9 @@ import pytest
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.network import plan_of
+from inferchaos.environments.local.ray_cluster import prometheus_port, redis_port
 from inferchaos.primitives.netns import host_names
-from inferchaos.primitives.processes import free_port
+from inferchaos.primitives.processes import free_port, port_is_free
 
 TEST_REPLICA_BASE_PORT = 8300
 
@@ -98,3 +99,6 @@ def local_env(integration_home: Path, env_config: LocalEnvConfig) -> Iterator[Lo
         plans = [plan_of(s.env_id, s.network) for s in states if s.network is not None]
         left = [name for name in host_names() for plan in plans if plan is not None and plan.owns(name)]
         assert left == [], f"env down left the environment's namespaces and links: {left}"
+        # A Redis or Prometheus left here blocks the next session's --gcs-ft or --prometheus start.
+        for port in (redis_port(env_config.port_slot), prometheus_port(env_config.port_slot)):
+            assert port_is_free(port), f"env down left a server listening on 127.0.0.1:{port}"

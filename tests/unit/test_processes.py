@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 
+from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import (
     ENV_MARKER,
     end_processes,
@@ -16,7 +17,10 @@ from inferchaos.primitives.processes import (
     pid_alive,
     process_group,
     processes_with_marker,
+    same_process,
+    same_server,
     spawn_process_group,
+    spawn_server,
 )
 
 # A parent that starts a child in a new session (as Ray starts workers) and sleeps.
@@ -86,3 +90,37 @@ def test_process_group_finds_what_daemonized_away_after_its_leader_died(tmp_path
     finally:
         end_processes(members, grace_s=2)
     assert process_group(leader) == []
+
+
+LISTENER = (
+    "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+    "open({path!r}, 'w').write(str(s.getsockname()[1])); time.sleep(60)"
+)
+
+
+def test_a_start_time_read_across_a_clock_step_is_still_the_same_process() -> None:
+    me = psutil.Process()
+    # psutil adds the wall clock's boot time: a step of a second between two reads moves it.
+    assert same_process(me.pid, me.create_time() + 1.0) is not None
+    assert same_process(me.pid, me.create_time() - 1.0) is not None
+    assert same_process(me.pid, me.create_time() + 60.0) is None
+
+
+def test_a_server_is_known_by_its_pid_name_and_port_when_its_start_time_no_longer_matches(
+    tmp_path: Path,
+) -> None:
+    port_file = tmp_path / "port"
+    pid, created = spawn_server(
+        [sys.executable, "-c", LISTENER.format(path=str(port_file))], os.environ, tmp_path / "l.log"
+    )
+    try:
+        assert wait_until(lambda: port_file.exists() and port_file.read_text() != "", 10, 0.05) is not None
+        port = int(port_file.read_text())
+        name = psutil.Process(pid).name()
+        assert same_server(pid, created, port, name) is not None
+        stepped = created - 3600  # a recorded start an hour off: only the port and name tell
+        assert same_server(pid, stepped, port, name) is not None
+        assert same_server(pid, stepped, port + 1, name) is None, "another port: not our server"
+        assert same_server(pid, stepped, port, "redis-server") is None, "another program: not our server"
+    finally:
+        os.killpg(pid, 9)
