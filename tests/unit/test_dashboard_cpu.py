@@ -71,14 +71,22 @@ def test_without_a_cpu_controller_nothing_is_capped_and_it_says_why(
     dashboard_cpu.remove_dashboard_group("x")  # nothing to remove: no error
 
 
-def test_a_head_without_a_dashboard_is_left_alone(tmp_path: Path) -> None:
+def test_a_head_without_a_dashboard_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A v1 cpu hierarchy of plain files: the controller exists, so only the missing dashboard
+    # can stop the cap, and nothing may be created for it.
+    hierarchy = tmp_path / "cpu"
+    hierarchy.mkdir()
+    for name, value in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000"), ("cgroup.procs", "1")):
+        (hierarchy / name).write_text(value + "\n")
+    monkeypatch.setenv("INFERCHAOS_CGROUP_ROOT", str(tmp_path))
     lonely = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True)
     try:
         said = dashboard_cpu.cap_dashboard("x", lonely.pid)
     finally:
         os.killpg(lonely.pid, signal.SIGKILL)
         lonely.wait(timeout=10)
-    assert said.startswith("dashboard not capped: ")
+    assert said == "dashboard not capped: no dashboard process in the head's process group"
+    assert not (hierarchy / dashboard_cpu.dashboard_group_name("x")).exists()
 
 
 @pytest.mark.skipif(REAL_CPU is None, reason=f"no writable cpu cgroup here: {NO_CPU_CGROUP}")
