@@ -5,6 +5,14 @@ and starts a new replica, which claims the same slot and so the same memory budg
 start-up attempt rewrites the slot's ReplicaRecord, and a failed attempt's record can be
 overwritten (by the replica's own clean-up, or by Serve's next attempt) within seconds, so
 :func:`watch_restart` polls the records and keeps every attempt it saw.
+
+The squat can only be taken once the killed server has released its memory, and Serve may
+start the next attempt before the squatter holds its bytes (on 2 busy cores taking 2 GB took
+the squatter up to several seconds, and Serve's restart came 4-9 s after the kill). Such an
+attempt raced the injector, not the squatted device: it is kept apart (``raced``) and the
+attempt judged is the first one that started once the squat held. A raced attempt still
+judges the platform where it cannot have been the race: one that hangs on the squatted
+device, or starts despite it.
 """
 
 from __future__ import annotations
@@ -85,10 +93,16 @@ class RestartWatch:
 
     attempts: list[RestartAttempt] = field(default_factory=list)
     others_unhealthy: list[str] = field(default_factory=list)
+    # Attempts that started between the kill and the moment the squat held.
+    raced: list[RestartAttempt] = field(default_factory=list)
 
     def to_state(self) -> dict[str, Any]:
         """The watch as plain data for the ledger entry."""
-        return {"attempts": [asdict(a) for a in self.attempts], "others_unhealthy": self.others_unhealthy}
+        return {
+            "attempts": [asdict(a) for a in self.attempts],
+            "raced_attempts": [asdict(a) for a in self.raced],
+            "others_unhealthy": self.others_unhealthy,
+        }
 
 
 def kill_replica_server(record: ReplicaRecord, env_id: str) -> list[int]:
@@ -136,15 +150,16 @@ def wait_budget_released(budget: MemoryBudget, killed: list[int], timeout_s: flo
 
 
 def merge_attempts(
-    seen: list[RestartAttempt], record: ReplicaRecord | None, restarted_at: float
+    seen: list[RestartAttempt], record: ReplicaRecord | None, after: float, until: float | None = None
 ) -> list[RestartAttempt]:
-    """``seen`` updated with ``record`` when it is an attempt started after the restart.
+    """``seen`` updated with ``record`` when it is an attempt started after ``after`` (and, with
+    ``until``, no later than that).
 
     An attempt last seen "starting" whose record was replaced by a later attempt ended without
     the failure being read: it is marked superseded.
     """
     attempts = [RestartAttempt(**asdict(a)) for a in seen]
-    if record is None or record.started_at <= restarted_at:
+    if record is None or record.started_at <= after or (until is not None and record.started_at > until):
         return attempts
     current = RestartAttempt.from_record(record)
     for attempt in attempts:
@@ -178,6 +193,23 @@ def assess_restart(
     return RestartOutcome(verdict, first)
 
 
+def assess_attempts(
+    attempts: list[RestartAttempt],
+    raced: list[RestartAttempt],
+    restarted_at: float,
+    fail_within_s: float,
+    now: float,
+) -> RestartOutcome:
+    """Judge the first attempt that started on the squatted device; with none yet, the last
+    attempt that raced the squat where it hung or started (neither of which the race explains)."""
+    outcome = assess_restart(attempts, restarted_at, fail_within_s, now)
+    if outcome.attempt is None and raced:
+        late = assess_restart(raced[-1:], restarted_at, fail_within_s, now)
+        if late.verdict in (HUNG, STARTED):
+            return late
+    return outcome
+
+
 def watch_restart(
     read_records: Callable[[], list[ReplicaRecord]],
     replica: str,
@@ -185,25 +217,30 @@ def watch_restart(
     fail_within_s: float,
     restart_wait_s: float,
     interval_s: float = 0.25,
+    since: float | None = None,
 ) -> RestartWatch:
-    """Poll the replica records until the first attempt after the restart has an outcome.
+    """Poll the replica records until the first attempt that started after ``since`` (the squat
+    held; the restart by default) has an outcome.
 
     Returns once that attempt failed, became healthy or was superseded, once it has been
     starting for longer than ``fail_within_s`` (plus a little grace), or when no attempt began
-    within ``restart_wait_s``. Other replicas found not healthy on the way are noted.
+    within ``restart_wait_s``. Attempts that started between the restart and ``since`` are
+    kept apart as raced. Other replicas found not healthy on the way are noted.
     """
+    since = restarted_at if since is None else since
     watch = RestartWatch()
     deadline_first = time.monotonic() + restart_wait_s
     while True:
         records = read_records()
         target = next((r for r in records if r.name == replica), None)
-        watch.attempts = merge_attempts(watch.attempts, target, restarted_at)
+        watch.attempts = merge_attempts(watch.attempts, target, since)
+        watch.raced = merge_attempts(watch.raced, target, restarted_at, until=since)
         for other in records:
             if other.name != replica and other.state != "healthy":
                 note = f"{other.name}:{other.state}"
                 if note not in watch.others_unhealthy:
                     watch.others_unhealthy.append(note)
-        outcome = assess_restart(watch.attempts, restarted_at, fail_within_s, time.time())
+        outcome = assess_attempts(watch.attempts, watch.raced, restarted_at, fail_within_s, time.time())
         if outcome.verdict in (FAILED_FAST, FAILED_LATE, STARTED, SUPERSEDED):
             return watch
         if outcome.attempt is None and time.monotonic() > deadline_first:

@@ -44,7 +44,7 @@ from inferchaos.faults.gpu.launch import (
 )
 from inferchaos.faults.gpu.restart import (
     RestartAttempt,
-    assess_restart,
+    assess_attempts,
     kill_replica_server,
     merge_attempts,
     wait_budget_released,
@@ -343,6 +343,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         )
         pid = start_squatter(spec)
         handle.state["squatter_pid"] = pid
+        handle.state["squatter_started_at"] = time.time()
         ledger.record(handle)
         ready = wait_ready(pid, spec.log_path, READY_TIMEOUT_S)
         handle.state["squat_ready_at"] = ready.at
@@ -374,12 +375,16 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         ledger.record(handle)
         if not (target.restart_replica and target.replica is not None):
             return
+        # Attempts Serve began before the squat held raced the injector: the one judged is the
+        # first to start on the flagged device (restart.py).
+        handle.state["attempts_since"] = handle.state["preflight"]["at"]
         watch = watch_restart(
             lambda: read_records(Path(target.state_dir) / "replicas"),
             target.replica.name,
             handle.state["restarted_at"],
             target.fail_within_s,
             RESTART_WAIT_S,
+            since=handle.state["attempts_since"],
         )
         handle.state.update(watch.to_state())
         handle.state["squatter_alive_at_outcome"] = bool(
@@ -440,6 +445,8 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
                 "squat_ready_at": s.get("squat_ready_at"),
                 "preflight_flagged_at": s.get("preflight_flagged_at"),
                 "restarted_at": s.get("restarted_at"),
+                "budget_released_at": s.get("budget_released_at"),
+                "squatter_started_at": s.get("squatter_started_at"),
                 "injected_at": handle.injected_at,
                 "reverted_at": handle.reverted_at,
             }.items()
@@ -452,6 +459,8 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
             "squatter_pid": s.get("squatter_pid"),
             "squatter_alive": alive,
             "preflight": s.get("preflight"),
+            # How long taking and touching the bytes took: the squat's side of the race above.
+            "squat_took_s": s.get("squatter_report", {}).get("hold_s"),
         }
         if s["backend"] == HOST:
             return self._host_evidence(env, handle, held, alive, symptoms, timestamps)
@@ -478,9 +487,17 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         records = self._records(env, s)
         replica = s["replica"]
         current = next((r for r in records if r.name == replica), None)
+        since = float(s.get("attempts_since") or restarted_at or 0.0)
         seen = [RestartAttempt(**a) for a in s.get("attempts", [])]
-        attempts = merge_attempts(seen, current, restarted_at) if restarted_at else seen
-        outcome = assess_restart(attempts, restarted_at or 0.0, float(s["fail_within_s"]), time.time())
+        raced = [RestartAttempt(**a) for a in s.get("raced_attempts", [])]
+        if restarted_at:
+            attempts = merge_attempts(seen, current, since)
+            raced = merge_attempts(raced, current, restarted_at, until=since)
+        else:
+            attempts = seen
+        outcome = assess_attempts(
+            attempts, raced, restarted_at or 0.0, float(s["fail_within_s"]), time.time()
+        )
         first = outcome.attempt
         preflight_before = bool(flagged_at and first and flagged_at < first.started_at)
         others_now = {
@@ -506,6 +523,8 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
             "restart_to_failure_s": outcome.restart_to_failure_s,
             "fail_within_s": s["fail_within_s"],
             "start_attempts_seen": len(attempts),
+            # Begun by Serve before the squat held (judged only where they hung or started).
+            "start_attempts_before_the_squat_held": len(raced),
             "preflight_before_restart": preflight_before,
             "other_replicas_healthy": others_now,
             "other_replicas_unhealthy_seen": others_seen,
@@ -515,6 +534,8 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         reason = self._host_reason(
             s, bit, holds, preflight_before, outcome.verdict, first, others_healthy, others_now, others_seen
         )
+        if raced and first is not None and first not in raced:
+            reason += f"; {len(raced)} earlier attempt(s) began before the squat held and were not judged"
         return Evidence(bit=bit, reason=reason, symptoms=symptoms, timestamps=timestamps)
 
     @staticmethod

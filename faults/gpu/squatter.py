@@ -21,6 +21,7 @@ import mmap
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,7 @@ def hold_host_memory(request: SquatRequest) -> HeldMemory:
                 f"not inside memory budget {request.budget} (this process is in {cgroup or 'none'})"
             )
     rss_before = _rss_bytes()
+    started = time.monotonic()
     try:
         region = mmap.mmap(-1, request.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         region[:: mmap.PAGESIZE] = b"\x01" * len(range(0, request.nbytes, mmap.PAGESIZE))
@@ -124,7 +126,12 @@ def hold_host_memory(request: SquatRequest) -> HeldMemory:
     return HeldMemory(
         request.nbytes,
         region.close,
-        {"rss_before_bytes": rss_before, "rss_after_bytes": _rss_bytes(), "budget": request.budget},
+        {
+            "rss_before_bytes": rss_before,
+            "rss_after_bytes": _rss_bytes(),
+            "budget": request.budget,
+            "hold_s": round(time.monotonic() - started, 3),
+        },
     )
 
 

@@ -19,6 +19,7 @@ from inferchaos.faults.gpu.restart import (
     STARTING,
     SUPERSEDED,
     RestartAttempt,
+    assess_attempts,
     assess_restart,
     merge_attempts,
     watch_restart,
@@ -96,6 +97,43 @@ def test_watch_returns_at_the_failure_and_notes_another_replica_that_was_not_hea
     assert watch.others_unhealthy == ["replica-0:starting"]
 
 
+def test_an_attempt_begun_before_the_squat_held_is_not_the_one_judged() -> None:
+    now = time.time()
+    held = now + 3
+    # Serve began attempt one 1 s after the kill, before the squatter held its bytes at +3 s; the
+    # squat then killed it. Attempt two began on the flagged device and is the one judged.
+    reads = iter([
+        [replica_record(0), replica_record(1, state="starting", started_at=now + 1)],
+        [replica_record(0), _failed(now + 1, 4.0)],
+        [replica_record(0), replica_record(1, state="starting", started_at=now + 8)],
+        [replica_record(0), _failed(now + 8, 12.0)],
+    ])  # fmt: skip
+    watch = watch_restart(
+        lambda: next(reads), "replica-1", now, fail_within_s=60, restart_wait_s=30, interval_s=0, since=held
+    )
+    assert [(a.started_at, a.state) for a in watch.raced] == [(now + 1, "failed")]
+    outcome = assess_attempts(watch.attempts, watch.raced, now, 60, now=now + 25)
+    assert outcome.verdict == FAILED_FAST and outcome.attempt is not None
+    assert outcome.attempt.started_at == now + 8 and outcome.failed_after_start_s == 12.0
+
+
+@pytest.mark.parametrize(
+    ("raced", "verdict"),
+    [
+        # Hanging or starting on the squatted device is the platform's doing, race or not.
+        (replica_record(1, state="starting", started_at=RESTARTED + 1), HUNG),
+        (replica_record(1, state="healthy", started_at=RESTARTED + 1), STARTED),
+        # A raced attempt that failed may have failed because the squat arrived mid-start: no verdict.
+        (_failed(RESTARTED + 1, 4.0), NOT_RESTARTED),
+    ],
+)
+def test_with_no_attempt_after_the_squat_a_raced_one_judges_only_a_hang_or_a_start(
+    raced: ReplicaRecord, verdict: str
+) -> None:
+    attempts = merge_attempts([], raced, RESTARTED, until=RESTARTED + 3)
+    assert assess_attempts([], attempts, RESTARTED, 60, now=RESTARTED + 90).verdict == verdict
+
+
 def _handle(state_dir: str, restarted_at: float, **state: Any) -> FaultHandle:
     handle = FaultHandle(
         fault="device.squat_device_memory",
@@ -169,3 +207,37 @@ def test_evidence_does_not_bite_when_the_other_replica_went_down(
     evidence = SquatDeviceMemory().evidence(fake_env, handle)
     assert not evidence.bit
     assert "other replicas did not stay healthy" in evidence.reason
+
+
+def test_evidence_judges_the_attempt_after_the_squat_and_says_an_earlier_one_raced_it(
+    fake_env: FakeLocalEnv, others_answer: None
+) -> None:
+    replicas = Path(fake_env.state.state_dir) / "replicas"
+    restarted = time.time() - 120
+    replica_record(0).save(replicas)
+    raced = _failed(restarted + 1.5, 3.0)
+    judged = _failed(restarted + 9, 12.0, state="stopped")
+    handle = _handle(
+        fake_env.state.state_dir, restarted, attempts_since=restarted + 2.1,
+        attempts=[vars(RestartAttempt.from_record(judged))], raced_attempts=[vars(RestartAttempt.from_record(raced))],
+    )  # fmt: skip
+    evidence = SquatDeviceMemory().evidence(fake_env, handle)
+    assert evidence.bit, evidence.reason
+    assert evidence.symptoms["failed_after_start_s"] == 12.0
+    assert evidence.symptoms["start_attempts_before_the_squat_held"] == 1
+    assert evidence.reason.endswith("1 earlier attempt(s) began before the squat held and were not judged")
+
+
+def test_evidence_without_the_raced_split_still_fails_an_attempt_that_began_before_the_squat(
+    fake_env: FakeLocalEnv, others_answer: None
+) -> None:
+    # What CI saw once: the only attempt recorded began before the squat held. Judged as one
+    # attempt (no raced split), the preflight did not come first, and the fault did not bite.
+    replicas = Path(fake_env.state.state_dir) / "replicas"
+    restarted = time.time() - 120
+    replica_record(0).save(replicas)
+    early = _failed(restarted + 1.5, 12.0, state="stopped")
+    handle = _handle(fake_env.state.state_dir, restarted, attempts=[vars(RestartAttempt.from_record(early))])
+    evidence = SquatDeviceMemory().evidence(fake_env, handle)
+    assert not evidence.bit
+    assert evidence.reason == "the preflight did not flag the device before the new replica started"
