@@ -594,7 +594,12 @@ class Runner:
             return None
         for slo in self.spec.stop_conditions:
             window = slo.window_s or self.options.interval_s * 3
-            since = max(injected, time.time() - window)
+            # Judged over the whole window it declares: right after a kill, its first three
+            # samples alone (one success in four, 3 s after engine_death's kill, in a healthy
+            # fresh-clone run) would abort a run that a 10 s window lets through (0.8 at worst).
+            if time.time() - injected < window:
+                continue
+            since = time.time() - window
             # The rows its evaluation would read (unattributed canary failures included).
             rows = [r for r in timeline.rows if r.t >= since and r.ok and counts_toward(r, slo)]
             if len(rows) < 3:

@@ -7,6 +7,7 @@ door keeps serving, and revert moves every process back and removes the cgroup.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from inferchaos.primitives.cpu_quota import CpuController
 from inferchaos.primitives.openai_stream import stream_completion
 
 CPU, NO_CPU_CGROUP = cpu_quota.cpu_quota_available()
+# How soon after the revert the replica must be back to half its speed before the fault.
+RESTORE_WITHIN_S = 20.0
 
 pytestmark = [
     pytest.mark.integration,
@@ -62,9 +65,16 @@ def test_slow_engine_throttles_replica_0_the_front_door_serves_and_revert_restor
     assert cpu_quota.group_pids(group) == []
     back = {int(e["pid"]): cpu_quota.process_cgroup(int(e["pid"]), controller) for e in entries}
     assert back == {int(e["pid"]): e["cgroup"] for e in entries}, "each process is back where it came from"
-    after = measure_speed(replica.url, model, entries)
-    print(f"slow recovery: {before:g} tokens/s before, {during:g} during, {after['tokens_per_s']:g} after")
-    assert after["tokens_per_s"] >= before / 2, "revert restores the replica's speed"
+    # One measurement right after the revert can land on a moment the 2 shared cores serve
+    # something else (a fresh-clone run read 113 tokens/s against 327 before); the speed must
+    # be back within RESTORE_WITHIN_S, measured again until then.
+    deadline = time.monotonic() + RESTORE_WITHIN_S
+    speeds = [measure_speed(replica.url, model, entries)["tokens_per_s"] or 0.0]
+    while speeds[-1] < before / 2 and time.monotonic() < deadline:
+        time.sleep(2.0)
+        speeds.append(measure_speed(replica.url, model, entries)["tokens_per_s"] or 0.0)
+    print(f"slow recovery: {before:g} tokens/s before, {during:g} during, after: {speeds}")
+    assert speeds[-1] >= before / 2, f"revert restores the replica's speed within {RESTORE_WITHIN_S:g} s"
     assert "replica-0" in healthy_replica_names(local_env)
     assert ledger.is_empty()
     fault.revert(local_env, handle, ledger)  # idempotent
