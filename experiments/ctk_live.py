@@ -40,6 +40,7 @@ from inferchaos.steady_state.evaluation import (
     evaluate_slo,
     phase_windows,
     recover,
+    recovery_window_s,
 )
 from inferchaos.steady_state.sampler import Sampler
 from inferchaos.steady_state.slo import Phase, Slo, SloSpec, ensure_slos_are_valid
@@ -96,7 +97,7 @@ def sample_steady_state(
 ) -> dict[str, Any]:
     """Sample every layer of the local environment into ``timeline``: for ``baseline_s`` the first
     time in this process, after the method until ``recovery`` is confirmed (at most its
-    ``within_s`` plus ``hold_s``) and every recovery SLO of ``slos`` has samples.
+    window plus ``hold_s``) and every recovery SLO of ``slos`` has samples.
 
     ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
     experiment's recovery declaration. Returns what was sampled (phase, ticks, seconds and,
@@ -134,7 +135,9 @@ async def _sample_recovery(env: Environment, path: Path, spec: SloSpec) -> Sampl
         raise ProbeError(f"{path}: no baseline was sampled before the method")
     recorded = read_timeline(path)
     rec = spec.recovery
-    budget = (rec.within_s + rec.hold_s + 2 * INTERVAL_S) if rec else 5.0
+    # The window as the baseline sized it (a number of the replicas' cold starts, maybe).
+    within = recovery_window_s(recorded, rec, phase_windows(recorded)) if rec else 0.0
+    budget = (within + rec.hold_s + 2 * INTERVAL_S) if rec else 5.0
     needed = [s for s in spec.slos if s.phase is Phase.RECOVERY]
     result: list[RecoveryResult | None] = [None]
 

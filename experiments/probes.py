@@ -10,6 +10,7 @@ from inferchaos.primitives.capabilities import Environment, RayProcessEnvironmen
 from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Canary, ClosableProbe, Probe
 from inferchaos.steady_state.canary import CanaryConfig, CanaryPace, CanaryProbe
+from inferchaos.steady_state.cold_start import ColdStartProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
 from inferchaos.steady_state.network import NetworkProbe, NodeLink
@@ -45,6 +46,10 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
         )  # fmt: skip
     )
     probes.append(canary)
+    # The embedded environment's replicas publish their start-ups: the cold start that recovery
+    # windows may be sized by (steady_state/cold_start.py).
+    if isinstance(env, RayProcessEnvironment):
+        probes.append(ColdStartProbe(env.replica_records))
     state = env.load_state()
     # Through the environment's Prometheus where it has one, as its vLLM probes are read.
     if status.prometheus is not None:

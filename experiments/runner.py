@@ -42,6 +42,7 @@ from inferchaos.steady_state.evaluation import (
     evaluate_slo,
     phase_windows,
     recover,
+    recovery_window_s,
 )
 from inferchaos.steady_state.sampler import Sampler, Tick
 from inferchaos.steady_state.slo import Phase, SloSpec
@@ -155,9 +156,7 @@ def describe_plan(
     ]
     if spec.slos.recovery:
         r = spec.slos.recovery
-        lines.append(
-            f"recovery: {', '.join(r.steady)} hold {r.hold_s:g} s within {r.within_s:g} s of the revert"
-        )
+        lines.append(f"recovery: {', '.join(r.steady)} hold {r.hold_s:g} s within {r.describe()}")
     lines += [
         f"stop condition: {s.name}: {s.agg}({s.probe}) {s.op.value} {s.threshold:g}"
         for s in spec.stop_conditions
@@ -531,7 +530,9 @@ class Runner:
 
     async def _recovery(self, timeline: Timeline) -> None:
         rec = self.spec.slos.recovery
-        budget = (rec.within_s + rec.hold_s + 2 * self.options.interval_s) if rec else 5.0
+        # The window as this run's baseline sized it (a number of its replica cold starts, maybe).
+        within = recovery_window_s(timeline, rec, phase_windows(timeline)) if rec else 0.0
+        budget = (within + rec.hold_s + 2 * self.options.interval_s) if rec else 5.0
         self._phase, self._phase_ends = "recovery", time.time() + budget
         deadline = time.monotonic() + budget
         ticked = self._ticked = asyncio.Event()
@@ -658,7 +659,7 @@ class Runner:
             detected_by=evaluation.detection.slo if evaluation.detection else None,
             time_to_recover_s=recovery.time_to_recover_s if recovery else None,
             recovered=recovery.recovered if recovery else None,
-            recovery_within_s=spec.slos.recovery.within_s if spec.slos.recovery else None,
+            recovery_within_s=recovery.within_s if recovery else None,
             recovery_confirmed_at=recovery.confirmed_at if recovery else None,
         )
         status, reason = self._status(evaluation, fault_outcome, recovery)

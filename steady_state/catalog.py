@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from inferchaos.layers import Layer
 
+# A replica's last cold start (steady_state/cold_start.py): what recovery windows may scale by.
+COLD_START = "vllm.cold_start_s"
+
 VLLM_PROBES: frozenset[str] = frozenset(
     {
         "vllm.num_requests_running",
@@ -29,6 +32,7 @@ VLLM_PROBES: frozenset[str] = frozenset(
         "vllm.e2e_p50_s",
         "vllm.e2e_p95_s",
         "vllm.healthy",
+        COLD_START,
     }
 )
 

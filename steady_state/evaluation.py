@@ -44,8 +44,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from inferchaos.steady_state.aggregates import Aggregate, Point, get_aggregate
-from inferchaos.steady_state.catalog import probe_layer
-from inferchaos.steady_state.slo import Op, Phase, Slo, SloSpec
+from inferchaos.steady_state.catalog import COLD_START, probe_layer
+from inferchaos.steady_state.slo import Op, Phase, RecoverySpec, Slo, SloSpec
 from inferchaos.steady_state.timeline import Mark, Row, Timeline
 
 logger = logging.getLogger(__name__)
@@ -164,6 +164,8 @@ class RecoveryResult:
     confirmed_at: float | None
     reason: str = ""
     failing_at_end: tuple[str, ...] = ()
+    # The window recovery was judged in (RecoverySpec.window_s: this run's cold start considered).
+    within_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -604,25 +606,24 @@ def recover(
         return None
     rec = spec.recovery
     windows = phase_windows(timeline) if windows is None else windows
+    within = recovery_window_s(timeline, rec, windows)
     recovery = windows.get(Phase.RECOVERY)
     if recovery is None:
-        return RecoveryResult(False, None, None, None, "the fault was never reverted")
+        return RecoveryResult(False, None, None, None, "the fault was never reverted", within_s=within)
     slos = {name: _scaled(timeline, spec.by_name(name), windows) for name in rec.steady}
     evolutions = {name: _held(timeline, slo, recovery) for name, slo in slos.items()}
     failing_at_end = tuple(name for name, ev in evolutions.items() if not ev or not ev[-1].ok)
     unsampled = [name for name, ev in evolutions.items() if not ev]
     if unsampled:
         return RecoveryResult(False, None, None, None, f"no samples after the revert for {', '.join(unsampled)}",
-                              failing_at_end)  # fmt: skip
+                              failing_at_end, within)  # fmt: skip
     last_seen = max(ev[-1].t for ev in evolutions.values())
-    candidates = sorted(
-        {j.t for ev in evolutions.values() for j in ev if j.t - recovery.start <= rec.within_s}
-    )
+    candidates = sorted({j.t for ev in evolutions.values() for j in ev if j.t - recovery.start <= within})
     for s in candidates:
         if s + rec.hold_s > last_seen:
             break
         if all(_steady(ev, s, s + rec.hold_s, slos[name].window_s) for name, ev in evolutions.items()):
-            return RecoveryResult(True, s - recovery.start, s, s + rec.hold_s)
+            return RecoveryResult(True, s - recovery.start, s, s + rec.hold_s, within_s=within)
     # A steady SLO still silent at the end says which source kept recovery from being confirmed.
     silent_at_end = "".join(
         f"; {name}: {last.silence.reason(_where(slos[name], recovery, last.t))}"
@@ -634,10 +635,36 @@ def recover(
         None,
         None,
         None,
-        f"{', '.join(rec.steady)} did not hold for {rec.hold_s:g} s from within {rec.within_s:g} s of the revert"
+        f"{', '.join(rec.steady)} did not hold for {rec.hold_s:g} s from within {within:g} s of the revert"
+        + _window_basis(rec, within)
         + silent_at_end,
         failing_at_end,
+        within,
     )
+
+
+def baseline_cold_start_s(timeline: Timeline, windows: Mapping[Phase, PhaseWindow]) -> float | None:
+    """The slowest replica's last cold start as the baseline read it (``vllm.cold_start_s``); None
+    where the environment published none, or before the baseline was sampled."""
+    baseline = windows.get(Phase.BASELINE)
+    if baseline is None:
+        return None
+    rows = timeline.select(COLD_START, start=baseline.start, end=baseline.end, include_end=baseline.closed)
+    return max((r.value for r in rows), default=None)
+
+
+def recovery_window_s(timeline: Timeline, rec: RecoverySpec, windows: Mapping[Phase, PhaseWindow]) -> float:
+    """The window recovery is judged in: ``within_s``, or ``within_cold_starts`` of this run's
+    baseline cold start where that is longer."""
+    return rec.window_s(baseline_cold_start_s(timeline, windows))
+
+
+def _window_basis(rec: RecoverySpec, within: float) -> str:
+    if rec.within_cold_starts is None:
+        return ""
+    if within > rec.within_s:
+        return f" ({rec.within_cold_starts:g} x this platform's replica cold start)"
+    return f" (at least {rec.within_s:g} s; {rec.within_cold_starts:g} replica cold starts were shorter or not read)"
 
 
 def _held(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Judgement]:

@@ -124,12 +124,35 @@ class Slo:
 
 @dataclass(frozen=True)
 class RecoverySpec:
-    """Recovered: every ``steady`` SLO holds, from a moment at most ``within_s`` after the revert,
-    continuously for ``hold_s`` seconds (so a run samples ``within_s + hold_s`` after revert)."""
+    """Recovered: every ``steady`` SLO holds, from a moment at most the recovery window after the
+    revert, continuously for ``hold_s`` seconds (so a run samples the window plus ``hold_s``).
+
+    The window is ``within_s``; with ``within_cold_starts`` it is that many of the platform's own
+    replica cold starts where that is longer (:meth:`window_s`), for a recovery that must start
+    a replica again: the cold start of the environment's slowest replica, as the run's baseline
+    read it (``vllm.cold_start_s``, steady_state/cold_start.py). ``within_s`` stays the floor,
+    and the whole window where the environment cannot say how long its replicas take to start.
+    """
 
     within_s: float
     hold_s: float
     steady: tuple[str, ...]
+    within_cold_starts: float | None = None
+
+    def window_s(self, cold_start_s: float | None) -> float:
+        """The recovery window given the baseline's cold start (None: not read, the floor)."""
+        if self.within_cold_starts is None or cold_start_s is None:
+            return self.within_s
+        return max(self.within_s, self.within_cold_starts * cold_start_s)
+
+    def describe(self) -> str:
+        """``90 s of the revert`` (``, or 1.6 replica cold starts if longer``), for plans and reports."""
+        scaled = (
+            f", or {self.within_cold_starts:g} replica cold starts if longer"
+            if self.within_cold_starts is not None
+            else ""
+        )
+        return f"{self.within_s:g} s of the revert{scaled}"
 
 
 @dataclass(frozen=True)
@@ -159,7 +182,7 @@ SLO_KEYS: tuple[str, ...] = (
     "after_s",
 )
 SLO_REQUIRED: tuple[str, ...] = ("name", "probe", "agg", "op", "threshold", "phase")
-RECOVERY_KEYS: tuple[str, ...] = ("within_s", "hold_s", "steady")
+RECOVERY_KEYS: tuple[str, ...] = ("within_s", "within_cold_starts", "hold_s", "steady")
 
 
 def _fail(path: str, message: str) -> ConfigError:
@@ -286,6 +309,15 @@ def _recovery(value: object, slo_names: Collection[str]) -> RecoverySpec:
         if key not in entry:
             raise _fail(f"recovery.{key}", "required")
     within = _duration(entry["within_s"], "recovery.within_s", allow_zero=False)
+    cold_starts = None
+    if "within_cold_starts" in entry:
+        cold_starts = _number(entry["within_cold_starts"], "recovery.within_cold_starts")
+        if cold_starts <= 0:
+            raise _fail(
+                "recovery.within_cold_starts",
+                f"must be more than 0 (how many replica cold starts recovery may take), "
+                f"got {entry['within_cold_starts']!r}",
+            )
     hold = _duration(entry.get("hold_s", 0), "recovery.hold_s", allow_zero=True)
     steady = entry["steady"]
     if not isinstance(steady, list) or not steady:
@@ -295,7 +327,7 @@ def _recovery(value: object, slo_names: Collection[str]) -> RecoverySpec:
             raise _fail(
                 f"recovery.steady[{index}]", f"no SLO named {name!r}; declared: {', '.join(slo_names)}"
             )
-    return RecoverySpec(within_s=within, hold_s=hold, steady=tuple(steady))
+    return RecoverySpec(within_s=within, hold_s=hold, steady=tuple(steady), within_cold_starts=cold_starts)
 
 
 def ensure_slos_are_valid(

@@ -21,7 +21,7 @@ from inferchaos.steady_state.evaluation import (
     recover,
 )
 from inferchaos.steady_state.slo import Phase, SloSpec, ensure_slos_are_valid
-from inferchaos.steady_state.timeline import Timeline, TimelineWriter, read_timeline
+from inferchaos.steady_state.timeline import Row, Timeline, TimelineWriter, read_timeline
 
 if TYPE_CHECKING:
     from conftest import Synth
@@ -242,6 +242,45 @@ def test_never_recovers(synth: Synth) -> None:
 def test_recovering_after_within_s_is_not_recovering(run: Timeline) -> None:
     result = recover(run, recovery_spec(within_s=3))
     assert result is not None and not result.recovered
+
+
+def cold_start_rows(synth: Synth, seconds: float, start: float, count: int) -> list[Row]:
+    return synth.rows("vllm.cold_start_s", [seconds] * count, start=start, labels={"replica": "replica-0"})
+
+
+def test_a_window_of_cold_starts_is_sized_by_the_baselines_cold_start(run: Timeline, synth: Synth) -> None:
+    # TTFT is back 5 s after the revert: too late for 3 s, in time for 2 cold starts of 4 s.
+    scaled = spec(TTFT, AVAILABILITY, recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}")  # fmt: skip
+    slow_starts = synth.timeline(*(run.select(p) for p in ("canary.ttft_s", "canary.success")),
+                                 cold_start_rows(synth, 4.0, 0, 10), **MARKS)  # fmt: skip
+    result = recover(slow_starts, scaled)
+    assert result is not None and result.recovered and result.time_to_recover_s == 5.0
+    assert result.within_s == 8.0
+    # Fast starts leave the floor: 2 x 1 s is shorter than within_s.
+    fast_starts = synth.timeline(*(run.select(p) for p in ("canary.ttft_s", "canary.success")),
+                                 cold_start_rows(synth, 1.0, 0, 10), **MARKS)  # fmt: skip
+    result = recover(fast_starts, scaled)
+    assert result is not None and not result.recovered and result.within_s == 3.0
+    assert "from within 3 s of the revert (at least 3 s;" in result.reason
+
+
+def test_only_the_baselines_cold_start_sizes_the_window(run: Timeline, synth: Synth) -> None:
+    # A slow start-up after the injection is the fault's doing: it must not stretch the window
+    # it is judged in. Without a baseline reading the window is within_s.
+    scaled = spec(TTFT, AVAILABILITY, recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}")  # fmt: skip
+    late = synth.timeline(*(run.select(p) for p in ("canary.ttft_s", "canary.success")),
+                          cold_start_rows(synth, 30.0, 12, 20), **MARKS)  # fmt: skip
+    result = recover(late, scaled)
+    assert result is not None and not result.recovered and result.within_s == 3.0
+
+
+def test_a_window_of_cold_starts_says_what_it_was_sized_by(synth: Synth) -> None:
+    never = synth.timeline(synth.rows("canary.ttft_s", [0.1] * 10 + [2.0] * 31),
+                           synth.rows("canary.success", [1.0] * 41), cold_start_rows(synth, 4.0, 0, 10), **MARKS)  # fmt: skip
+    scaled = spec(TTFT, AVAILABILITY, recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}")  # fmt: skip
+    result = recover(never, scaled)
+    assert result is not None and not result.recovered
+    assert "from within 8 s of the revert (2 x this platform's replica cold start)" in result.reason
 
 
 def test_a_hold_the_samples_do_not_reach_is_not_confirmed(run: Timeline, synth: Synth) -> None:

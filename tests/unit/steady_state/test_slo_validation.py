@@ -61,6 +61,18 @@ def test_the_documented_example_is_valid() -> None:
     )
 
 
+def test_a_recovery_window_may_be_a_number_of_replica_cold_starts() -> None:
+    spec = ensure_slos_are_valid(with_change(("recovery", "within_cold_starts"), 1.5))
+    assert spec.recovery is not None and spec.recovery.within_cold_starts == 1.5
+    # within_s stays the floor, and the whole window where no cold start was read.
+    assert (spec.recovery.window_s(80.0), spec.recovery.window_s(20.0), spec.recovery.window_s(None)) == (
+        120.0,
+        90.0,
+        90.0,
+    )
+    assert spec.recovery.describe() == "90 s of the revert, or 1.5 replica cold starts if longer"
+
+
 def test_recovery_is_optional_and_hold_defaults_to_zero() -> None:
     assert ensure_slos_are_valid(with_change(("recovery",), DELETE)).recovery is None
     spec = ensure_slos_are_valid(with_change(("recovery", "hold_s"), DELETE))
@@ -112,7 +124,9 @@ def test_ops_compare_as_written() -> None:
         (("recovery", "steady"), [], "recovery.steady: must be a non-empty list of SLO names"),
         (("recovery", "steady"), "availability", "recovery.steady: must be a non-empty list of SLO names, got 'availability'"),
         (("recovery", "steady"), ["availability", "latency"], "recovery.steady[1]: no SLO named 'latency'; declared: canary_ttft_p95, availability, kv_headroom"),
-        (("recovery", "hold"), 5, "recovery.hold: unknown key; use one of within_s, hold_s, steady"),
+        (("recovery", "hold"), 5, "recovery.hold: unknown key; use one of within_s, within_cold_starts, hold_s, steady"),
+        (("recovery", "within_cold_starts"), 0, "recovery.within_cold_starts: must be more than 0 (how many replica cold starts recovery may take), got 0"),
+        (("recovery", "within_cold_starts"), "2", "recovery.within_cold_starts: must be a number, got str '2'"),
     ],
 )  # fmt: skip
 def test_each_mistake_is_reported_with_its_key_path(
