@@ -8,13 +8,16 @@ baseline and recovery SLO:
 - before the method, :func:`sample_steady_state` samples every layer for the experiment's
   baseline into a timeline of its own (a ``timeline.csv`` under the working directory), and
   each SLO is judged over that baseline: a recovery SLO must hold at rest too;
+- while the fault acts, :func:`sample_during`, the method's first activity and run in the
+  background (``background: true``), samples into the same timeline from the injection the
+  ledger records until the method's revert removes it;
 - after the method (whose last action reverts the fault: chaoslib plays the rollbacks only
   after this hypothesis), it samples until recovery is confirmed as the runner confirms it,
-  and each SLO is judged over the recovery hold, a baseline SLO included.
+  and each SLO is judged over the recovery hold, a baseline SLO included; a during-phase SLO is
+  judged over what :func:`sample_during` sampled, as the runner judges it.
 
 A baseline-relative threshold scales with the baseline this run sampled. The timeline is the
-runner's format, so `inferchaos report` and the reports read it too. During-phase SLOs need
-samples while the fault acts, which only the inferchaos runner takes.
+runner's format, so `inferchaos report` and the reports read it too.
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from typing import Any
 
 from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.experiments.probes import build_probes, close_probes
-from inferchaos.faults.actions import Configuration, Secrets, open_local_environment
+from inferchaos.faults.actions import (
+    Configuration,
+    Secrets,
+    open_ledger,
+    open_local_environment,
+    shared_fault,
+)
+from inferchaos.faults.registry import canonical_name
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.evaluation import (
@@ -51,7 +61,7 @@ from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter, rea
 logger = logging.getLogger(f"chaostoolkit.{__name__}")
 
 # What Chaos Toolkit's discovery lists (experiments/discovery.py).
-__all__ = ["sample_steady_state", "sampled", "slo_live", "slo_met"]
+__all__ = ["sample_during", "sample_steady_state", "sampled", "slo_live", "slo_met"]
 
 INTERVAL_S = 1.0
 # A recovery SLO needs this many samples after the revert before it is judged, as in the runner.
@@ -172,6 +182,79 @@ async def _sample_recovery(env: Environment, path: Path, spec: SloSpec) -> Sampl
     )
 
 
+def sample_during(
+    fault: str,
+    timeline: str = "timeline.csv",
+    wait_for_injection_s: float = 120.0,
+    at_most_s: float = 600.0,
+    configuration: Configuration = None,
+    secrets: Secrets = None,
+) -> dict[str, Any]:
+    """Sample every layer into ``timeline`` while ``fault`` (``<layer>.<verb>``) acts: from the
+    injection its ledger entry records until the method's revert removes the entry.
+
+    List it first in the method with ``background: true``, so that chaoslib runs the fault's
+    action beside it; chaoslib waits for it before the hypothesis after the method. It gives up
+    when no injection is recorded within ``wait_for_injection_s`` and stops after ``at_most_s``
+    in all. Returns what was sampled (phase, ticks, seconds, and the reason it stopped).
+    """
+    path = Path(timeline).resolve()
+    if not path.exists():
+        raise ProbeError(f"{path}: no baseline was sampled before the method")
+    name = shared_fault(fault).name
+    ledger = open_ledger(configuration)
+    env = open_local_environment(configuration)
+
+    def injected_at() -> float | None:
+        """When the live injection of ``fault`` acted; None while there is none."""
+        times = [
+            h.injected_at
+            for h in ledger.entries()
+            if canonical_name(h.fault) == name and h.injected_at is not None
+        ]
+        return min(times, default=None)
+
+    return asdict(asyncio.run(_sample_during(env, path, name, injected_at, wait_for_injection_s, at_most_s)))
+
+
+async def _sample_during(
+    env: Environment,
+    path: Path,
+    fault: str,
+    injected_at: Callable[[], float | None],
+    wait_for_injection_s: float,
+    at_most_s: float,
+) -> Sampled:
+    recorded = read_timeline(path)
+    started = time.time()
+    seen: list[float] = []
+    why = [f"no injection of {fault} was recorded within {wait_for_injection_s:g} s"]
+
+    def enough() -> bool:
+        at = injected_at()
+        if not seen:
+            if at is not None:
+                seen.append(at)
+                # The injection as the fault recorded it, not the end of the baseline sampling.
+                timeline.mark(Mark.INJECTED, at)
+                return False
+            return time.time() - started >= wait_for_injection_s
+        if at is None:
+            why[0] = f"{fault} was reverted"
+            return True
+        if time.time() - started >= at_most_s:
+            why[0] = f"{fault} still acted after {at_most_s:g} s"
+            return True
+        return False
+
+    logger.info("sampling while %s acts into %s", fault, path)
+    with TimelineWriter(path) as writer:
+        timeline = recorded
+        timeline.attach(writer)
+        ticks = await _sample(env, timeline, enough)
+    return Sampled(Phase.DURING.value, ticks, time.time() - started, reason=why[0])
+
+
 async def _sample(env: Environment, timeline: Timeline, enough: Callable[[], bool]) -> int:
     """Sample every probe of ``env`` (the canary's traffic included) until ``enough()``."""
     env.connect_ray()
@@ -207,7 +290,8 @@ def slo_live(
     """Judge ``slo`` (its declaration in the experiment's ``slos``) over what
     :func:`sample_steady_state` last sampled into ``timeline``: the baseline before the method,
     the recovery hold after it (``recovery`` and the ``steady`` SLOs' declarations say where
-    recovery was confirmed; unconfirmed, the last moments sampled).
+    recovery was confirmed; unconfirmed, the last moments sampled). A during-phase SLO is
+    judged after the method only, over what :func:`sample_during` sampled while the fault acted.
 
     Returns the judgement: ``ok``, ``observed``, ``op``, ``threshold`` (scaled by this run's
     baseline where the SLO is relative to it), ``samples`` and ``reason``; its tolerance is
@@ -221,8 +305,22 @@ def slo_live(
         raise ProbeError(f"cannot judge SLO {name!r}: {e}") from e
     windows = phase_windows(recorded)
     declared = spec.slos[0]
+    if Phase.RECOVERY not in windows and declared.phase is Phase.DURING:
+        # What the platform does while the fault acts cannot be judged at rest (a slow
+        # replica's share of the traffic, say): before the method it is not judged.
+        return {
+            "ok": True,
+            "observed": None,
+            "op": declared.op.value,
+            "threshold": None,
+            "phase": declared.phase.value,
+            "samples": 0,
+            "reason": f"{name} is judged after the method, over the samples taken while the fault acted",
+        }
     if Phase.RECOVERY not in windows:
         judged, rec = replace(declared, phase=Phase.BASELINE, after_s=None), None
+    elif declared.phase is Phase.DURING:
+        judged, rec = declared, None
     else:
         judged, rec = _after_the_method(declared, spec, recorded, windows)
     result = evaluate_slo(recorded, judged, windows, rec)

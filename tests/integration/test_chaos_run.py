@@ -1,8 +1,11 @@
 """Every local experiment run by Chaos Toolkit's own `chaos run`, on the real environment.
 
-A plain `chaos run` judges the experiment's baseline and recovery SLOs in its steady-state
-hypothesis, before the method and after it (experiments/ctk_live.py), and plays the rollbacks
-with ``--rollback-strategy=always``. gcs_loss needs --gcs-ft: test_gcs_ft.py runs it.
+A plain `chaos run` judges every SLO of the experiment in its steady-state hypothesis
+(experiments/ctk_live.py): the baseline and recovery ones before the method and after it, the
+during-phase ones after it, over what the method's background sampler took while the fault
+acted. It plays the rollbacks with ``--rollback-strategy=always``. This is each scenario's one
+run on the healthy platform (test_scenarios.py runs a few through the inferchaos runner too);
+gcs_loss needs --gcs-ft: test_gcs_ft.py runs it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,24 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def _judged(experiment: Path) -> set[str]:
-    """The SLOs a plain `chaos run` judges: the experiment's baseline and recovery SLOs."""
-    raw = yaml.safe_load(experiment.read_text())
-    return {s["name"] for s in raw["slos"] if s["phase"] in ("baseline", "recovery")}
+    """The SLOs a plain `chaos run` judges: every SLO of the experiment."""
+    return {s["name"] for s in yaml.safe_load(experiment.read_text())["slos"]}
+
+
+def _check_symptoms(scenario: str, symptoms: dict) -> None:
+    """What a user sees of the faults that cost a replica's cold start, read from the journal's
+    evidence: the scenario's run is the one restart these checks take (each fault had a test of
+    its own that restarted the replica again)."""
+    if scenario == "engine_death":
+        assert symptoms["health_failed_after_s"] is not None, symptoms
+        assert symptoms["server_exited_after_s"] is not None, "the API server exits once its engine died"
+    elif scenario == "node_loss":
+        # Ray's health checks here: 3 failures at a 1 s period.
+        assert symptoms["node_dead_after_s"] is not None and symptoms["node_dead_after_s"] < 10, symptoms
+    elif scenario == "gpu_memory_squat":
+        assert symptoms["outcome"] == "failed_fast", "the restarted replica must fail, never hang"
+        assert symptoms["failure"], "the failure reason must be captured"
+        assert symptoms["preflight_before_restart"] is True, symptoms
 
 
 @pytest.mark.parametrize("scenario", SUITES["default"])
@@ -48,9 +66,15 @@ def test_chaos_run_holds_the_hypothesis_before_and_after_and_plays_the_rollbacks
         }
         assert judged == _judged(experiment), f"{when}: the hypothesis judges {judged}"
     assert after["steady-state-sampled"]["recovered"] is True, after["steady-state-sampled"]
+    # Sampled while the fault acted, until the method's revert: what the during SLOs were judged on.
+    during = next(r for r in run.journal["run"] if r["activity"]["name"] == "sample-while-the-fault-acts")
+    assert during["status"] == "succeeded" and during["output"]["ticks"] > 0, during
+    assert during["output"]["reason"].endswith("was reverted"), during["output"]
     # The fault bit: its evidence, read while it acted, is in the journal's method.
     effect = next(r for r in run.journal["run"] if r["activity"]["name"] == "fault-had-an-effect")
     assert effect["output"]["effect_observed"] is True, effect["output"]
+    for evidence in effect["output"]["evidence"]:
+        _check_symptoms(scenario, evidence["symptoms"])
     assert [r["status"] for r in run.journal["rollbacks"]] == ["succeeded"], run.journal["rollbacks"]
     assert_nothing_left(integration_home)
 
@@ -62,7 +86,12 @@ def test_chaos_run_fails_when_the_platform_does_not_recover(
     taken out): the plain `chaos run` deviates and exits 1, and the rollback still clears it."""
     wait_until_whole(local_env)
     raw = yaml.safe_load((EXPERIMENTS / "strict_pg_stall.yaml").read_text())
-    raw["method"] = [a for a in raw["method"] if not a["provider"]["func"].startswith("rollback_")]
+    # Its sampler would sample until the revert it waits for: out with the revert.
+    raw["method"] = [
+        a
+        for a in raw["method"]
+        if not a["provider"]["func"].startswith("rollback_") and not a.get("background")
+    ]
     raw["recovery"]["within_s"] = 10  # the stall never clears: no need to wait out 30 s
     broken = tmp_path / "strict_pg_stall_not_reverted.yaml"
     broken.write_text(yaml.safe_dump(raw))

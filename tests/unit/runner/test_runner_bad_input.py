@@ -235,10 +235,10 @@ def test_gameday_on_a_folder_with_one_bad_file_exits_2_before_anything_runs(tmp_
         (lambda doc: doc.update(configuration="x"), "configuration: must be a mapping, got str"),
         (lambda doc: doc.update(tags=[1]), "tags: must be a list of text tags, got [1]"),
         (lambda doc: doc.update({"steady-state-hypothesis": None}), "steady-state-hypothesis: must be a mapping, got NoneType"),
-        (lambda doc: doc["method"][1]["provider"].update(module=1), "method[1].provider.module: must be text, got 1"),
-        (lambda doc: doc["method"][1]["provider"].update(arguments=[]), "method[1].provider.arguments: must be a mapping"),
+        (lambda doc: doc["method"][2]["provider"].update(module=1), "method[2].provider.module: must be text, got 1"),
+        (lambda doc: doc["method"][2]["provider"].update(arguments=[]), "method[2].provider.arguments: must be a mapping"),
         (lambda doc: doc["rollbacks"][0].update(name=["x"]), "rollbacks[0].name: required: a text name, got ['x']"),
-        (lambda doc: doc["method"][0].update(pauses=20), "method[0].pauses: must be a mapping with after, got int"),
+        (lambda doc: doc["method"][1].update(pauses=20), "method[1].pauses: must be a mapping with after, got int"),
         (lambda doc: doc["environment"].update(name=[]), "environment.name: unknown environment []"),
     ],
 )  # fmt: skip

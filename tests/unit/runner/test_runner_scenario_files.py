@@ -90,7 +90,8 @@ def test_every_fault_parameter_is_settable_from_yaml() -> None:
 
 def _kv_flood_with(**arguments: object) -> dict:
     raw = yaml.safe_load((REPO / "experiments" / "kv_flood.yaml").read_text())
-    raw["method"][0]["provider"]["arguments"].update(arguments)
+    # method[0] is the sampler a plain `chaos run` runs beside the fault: the flood is method[1].
+    raw["method"][1]["provider"]["arguments"].update(arguments)
     return raw
 
 
@@ -105,12 +106,12 @@ def test_parameters_the_old_wrappers_dropped_are_accepted() -> None:
     [
         (
             {"concurrency": "lots"},
-            r"kv_flood.yaml: method\[0\].provider.arguments.concurrency: .*must be int",
+            r"kv_flood.yaml: method\[1\].provider.arguments.concurrency: .*must be int",
         ),
-        ({"concurency": 4}, r"kv_flood.yaml: method\[0\].provider.arguments.concurency: unknown argument"),
+        ({"concurency": 4}, r"kv_flood.yaml: method\[1\].provider.arguments.concurency: unknown argument"),
         (
             {"prompt_fraction": 0.95},
-            r"kv_flood.yaml: method\[0\].provider.arguments: .*prompt_fraction must be",
+            r"kv_flood.yaml: method\[1\].provider.arguments: .*prompt_fraction must be",
         ),
     ],
 )
