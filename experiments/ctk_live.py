@@ -102,6 +102,7 @@ def sample_steady_state(
     baseline_s: float = 8.0,
     slos: Sequence[Mapping[str, Any]] = (),
     recovery: Mapping[str, Any] | None = None,
+    canary_timeout_s: float = CanaryPace.request_timeout_s,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def sample_steady_state(
     window plus ``hold_s``) and every recovery SLO of ``slos`` has samples.
 
     ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
-    experiment's recovery declaration. Returns what was sampled (phase, ticks, seconds and,
+    experiment's recovery declaration, ``canary_timeout_s`` its ``canary.request_timeout_s``. Returns what was sampled (phase, ticks, seconds and,
     after the method, whether and how fast it recovered).
     """
     path = Path(timeline).resolve()
@@ -119,28 +120,29 @@ def sample_steady_state(
         before = path not in _BASELINES
         _BASELINES.add(path)
     env = open_local_environment(configuration)
+    pace = CanaryPace(request_timeout_s=canary_timeout_s)
     if before:
         path.unlink(missing_ok=True)
-        sampled = asyncio.run(_sample_baseline(env, path, baseline_s))
+        sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace))
     else:
         with _LOCK:
             _BASELINES.discard(path)
-        sampled = asyncio.run(_sample_recovery(env, path, spec))
+        sampled = asyncio.run(_sample_recovery(env, path, spec, pace))
     return asdict(sampled)
 
 
-async def _sample_baseline(env: Environment, path: Path, seconds: float) -> Sampled:
+async def _sample_baseline(env: Environment, path: Path, seconds: float, pace: CanaryPace) -> Sampled:
     logger.info("sampling the steady state for %g s before the method into %s", seconds, path)
     with TimelineWriter(path) as writer:
         timeline = Timeline(writer)
         started = time.time()
         timeline.mark(Mark.BASELINE_START, started)
-        ticks = await _sample(env, timeline, lambda: time.time() - started >= seconds)
+        ticks = await _sample(env, timeline, pace, lambda: time.time() - started >= seconds)
         timeline.mark(Mark.INJECTED, time.time())
     return Sampled(Phase.BASELINE.value, ticks, time.time() - started)
 
 
-async def _sample_recovery(env: Environment, path: Path, spec: SloSpec) -> Sampled:
+async def _sample_recovery(env: Environment, path: Path, spec: SloSpec, pace: CanaryPace) -> Sampled:
     if not path.exists():
         raise ProbeError(f"{path}: no baseline was sampled before the method")
     recorded = read_timeline(path)
@@ -169,7 +171,7 @@ async def _sample_recovery(env: Environment, path: Path, spec: SloSpec) -> Sampl
         started = time.time()
         timeline.mark(Mark.REVERTED, started)
         deadline = time.monotonic() + budget
-        ticks = await _sample(env, timeline, lambda: done() or time.monotonic() >= deadline)
+        ticks = await _sample(env, timeline, pace, lambda: done() or time.monotonic() >= deadline)
         timeline.mark(Mark.END, time.time())
     final = result[0] if result[0] is not None else recover(timeline, spec)
     return Sampled(
@@ -187,6 +189,7 @@ def sample_during(
     timeline: str = "timeline.csv",
     wait_for_injection_s: float = 120.0,
     at_most_s: float = 600.0,
+    canary_timeout_s: float = CanaryPace.request_timeout_s,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
@@ -196,7 +199,8 @@ def sample_during(
     List it first in the method with ``background: true``, so that chaoslib runs the fault's
     action beside it; chaoslib waits for it before the hypothesis after the method. It gives up
     when no injection is recorded within ``wait_for_injection_s`` and stops after ``at_most_s``
-    in all. Returns what was sampled (phase, ticks, seconds, and the reason it stopped).
+    in all; ``canary_timeout_s`` is the experiment's ``canary.request_timeout_s``. Returns what
+    was sampled (phase, ticks, seconds, and the reason it stopped).
     """
     path = Path(timeline).resolve()
     if not path.exists():
@@ -214,7 +218,10 @@ def sample_during(
         ]
         return min(times, default=None)
 
-    return asdict(asyncio.run(_sample_during(env, path, name, injected_at, wait_for_injection_s, at_most_s)))
+    pace = CanaryPace(request_timeout_s=canary_timeout_s)
+    return asdict(
+        asyncio.run(_sample_during(env, path, name, injected_at, pace, wait_for_injection_s, at_most_s))
+    )
 
 
 async def _sample_during(
@@ -222,6 +229,7 @@ async def _sample_during(
     path: Path,
     fault: str,
     injected_at: Callable[[], float | None],
+    pace: CanaryPace,
     wait_for_injection_s: float,
     at_most_s: float,
 ) -> Sampled:
@@ -251,14 +259,13 @@ async def _sample_during(
     with TimelineWriter(path) as writer:
         timeline = recorded
         timeline.attach(writer)
-        ticks = await _sample(env, timeline, enough)
+        ticks = await _sample(env, timeline, pace, enough)
     return Sampled(Phase.DURING.value, ticks, time.time() - started, reason=why[0])
 
 
-async def _sample(env: Environment, timeline: Timeline, enough: Callable[[], bool]) -> int:
-    """Sample every probe of ``env`` (the canary's traffic included) until ``enough()``."""
+async def _sample(env: Environment, timeline: Timeline, pace: CanaryPace, enough: Callable[[], bool]) -> int:
+    """Sample every probe of ``env`` (the canary's traffic, at ``pace``, included) until ``enough()``."""
     env.connect_ray()
-    pace = CanaryPace()
     probes, canary = build_probes(env, pace)
     # Ray's state API is the slowest reader; it may use the whole interval, as in the runner.
     sampler = Sampler(
