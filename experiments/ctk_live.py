@@ -111,8 +111,9 @@ def sample_steady_state(
     window plus ``hold_s``) and every recovery SLO of ``slos`` has samples.
 
     ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
-    experiment's recovery declaration, ``canary_timeout_s`` its ``canary.request_timeout_s``. Returns what was sampled (phase, ticks, seconds and,
-    after the method, whether and how fast it recovered).
+    experiment's recovery declaration, ``canary_timeout_s`` its ``canary.request_timeout_s``.
+    Returns what was sampled (phase, ticks, seconds and, after the method, whether and how fast
+    it recovered).
     """
     path = Path(timeline).resolve()
     spec = _spec(slos, recovery)
