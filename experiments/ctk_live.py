@@ -107,8 +107,9 @@ def sample_steady_state(
     secrets: Secrets = None,
 ) -> dict[str, Any]:
     """Sample every layer of the local environment into ``timeline``: for ``baseline_s`` the first
-    time in this process, after the method until ``recovery`` is confirmed (at most its
-    window plus ``hold_s``) and every recovery SLO of ``slos`` has samples.
+    time in this process, after the method until ``recovery`` is confirmed or has missed a
+    step's own deadline (at most its window plus ``hold_s``) and every recovery SLO of ``slos``
+    has samples.
 
     ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
     experiment's recovery declaration, ``canary_timeout_s`` its ``canary.request_timeout_s``.
@@ -161,7 +162,7 @@ async def _sample_recovery(env: Environment, path: Path, spec: SloSpec, pace: Ca
         if any(evaluate_slo(timeline, s, windows).samples < MIN_RECOVERY_SAMPLES for s in needed):
             return False
         result[0] = recover(timeline, spec, windows)
-        return result[0] is None or result[0].recovered
+        return result[0] is None or result[0].settled
 
     logger.info(
         "sampling after the method until the steady state is back (at most %g s) into %s", budget, path

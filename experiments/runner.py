@@ -548,8 +548,9 @@ class Runner:
             self._report(timeline)
             if rec is not None:
                 result = recover(timeline, SloSpec(self.spec.slos.slos, rec))
-                # Stop as soon as recovery is confirmed: a game day should not idle.
-                if result is not None and result.recovered and self._recovery_slos_sampled(timeline):
+                # Stop as soon as recovery is confirmed, or has missed a step's own deadline: a game
+                # day should not idle, nor a negative control wait out a window it has already failed.
+                if result is not None and result.settled and self._recovery_slos_sampled(timeline):
                     return
 
     def _recovery_slos_sampled(self, timeline: Timeline) -> bool:

@@ -166,6 +166,13 @@ class RecoveryResult:
     failing_at_end: tuple[str, ...] = ()
     # The window recovery was judged in (RecoverySpec.window_s: this run's cold start considered).
     within_s: float | None = None
+    # Steady SLOs whose own deadline (RecoverySpec.first_within_s) passed before they held.
+    missed: tuple[str, ...] = ()
+
+    @property
+    def settled(self) -> bool:
+        """No later sample can change this result: recovered, or a deadline already missed."""
+        return self.recovered or bool(self.missed)
 
 
 @dataclass(frozen=True)
@@ -600,7 +607,7 @@ def recover(
         means every SLO is ok at ``s`` and stays ok through ``s + hold_s``, with samples reaching
         that far; for a windowed SLO, no stretch longer than its window without an evaluation (its
     window would be empty there). Recovered when such an ``s`` exists at most ``within_s`` after
-    the revert.
+    the revert, and for each SLO of ``first_within_s`` one of its own exists within its deadline.
     """
     if spec.recovery is None:
         return None
@@ -613,6 +620,28 @@ def recover(
     slos = {name: _scaled(timeline, spec.by_name(name), windows) for name in rec.steady}
     evolutions = {name: _held(timeline, slo, recovery) for name, slo in slos.items()}
     failing_at_end = tuple(name for name, ev in evolutions.items() if not ev or not ev[-1].ok)
+    # Judged before the rest: a step with no samples at all past its deadline has missed it too.
+    reach = max((ev[-1].t for ev in evolutions.values() if ev), default=None)
+    missed = tuple(
+        name
+        for name, first_within in rec.first_within_s.items()
+        if _missed(evolutions[name], reach, recovery.start, first_within, rec.hold_s, slos[name].window_s)
+    )
+    if missed:
+        return RecoveryResult(
+            False,
+            None,
+            None,
+            None,
+            "; ".join(
+                f"{name} did not hold for {rec.hold_s:g} s from within {rec.first_within_s[name]:g} s of the revert "
+                "(its own deadline)"
+                for name in missed
+            ),
+            failing_at_end,
+            within,
+            missed,
+        )
     unsampled = [name for name, ev in evolutions.items() if not ev]
     if unsampled:
         return RecoveryResult(False, None, None, None, f"no samples after the revert for {', '.join(unsampled)}",
@@ -670,6 +699,18 @@ def _window_basis(rec: RecoverySpec, within: float) -> str:
 def _held(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Judgement]:
     """``slo`` judged at each of its evaluation times within ``window``, silences included."""
     return slo_evolution(slo, _slo_series(timeline, slo, window), _sources(timeline, slo, window))
+
+
+def _missed(evolution: Sequence[Judgement], reach: float | None, revert: float, first_within: float,
+            hold_s: float, window_s: float | None) -> bool:  # fmt: skip
+    """Whether the samples (of every steady SLO) already ``reach`` past ``first_within + hold_s``
+    after the revert without this one having held for ``hold_s`` from a moment within
+    ``first_within`` (settled: no later sample can change it)."""
+    if reach is None or reach < revert + first_within + hold_s:
+        return False
+    return not any(
+        _steady(evolution, j.t, j.t + hold_s, window_s) for j in evolution if j.t - revert <= first_within
+    )
 
 
 def _steady(evolution: Sequence[Judgement], start: float, end: float, window_s: float | None) -> bool:

@@ -132,12 +132,18 @@ class RecoverySpec:
     a replica again: the cold start of the environment's slowest replica, as the run's baseline
     read it (``vllm.cold_start_s``, steady_state/cold_start.py). ``within_s`` stays the floor,
     and the whole window where the environment cannot say how long its replicas take to start.
+
+    ``first_within_s`` gives some steady SLOs a deadline of their own, shorter than the window:
+    each must first hold for ``hold_s`` from a moment at most that long after the revert. A step
+    that comes early in a long recovery (the replacement node joins, then a replica starts cold
+    on it) then fails the run once its deadline has passed, not at the end of the whole window.
     """
 
     within_s: float
     hold_s: float
     steady: tuple[str, ...]
     within_cold_starts: float | None = None
+    first_within_s: Mapping[str, float] = field(default_factory=dict)
 
     def window_s(self, cold_start_s: float | None) -> float:
         """The recovery window given the baseline's cold start (None: not read, the floor)."""
@@ -152,7 +158,8 @@ class RecoverySpec:
             if self.within_cold_starts is not None
             else ""
         )
-        return f"{self.within_s:g} s of the revert{scaled}"
+        firsts = "".join(f"; {name} first within {s:g} s" for name, s in self.first_within_s.items())
+        return f"{self.within_s:g} s of the revert{scaled}{firsts}"
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,7 @@ SLO_KEYS: tuple[str, ...] = (
     "after_s",
 )
 SLO_REQUIRED: tuple[str, ...] = ("name", "probe", "agg", "op", "threshold", "phase")
-RECOVERY_KEYS: tuple[str, ...] = ("within_s", "within_cold_starts", "hold_s", "steady")
+RECOVERY_KEYS: tuple[str, ...] = ("within_s", "within_cold_starts", "hold_s", "steady", "first_within_s")
 
 
 def _fail(path: str, message: str) -> ConfigError:
@@ -327,7 +334,22 @@ def _recovery(value: object, slo_names: Collection[str]) -> RecoverySpec:
             raise _fail(
                 f"recovery.steady[{index}]", f"no SLO named {name!r}; declared: {', '.join(slo_names)}"
             )
-    return RecoverySpec(within_s=within, hold_s=hold, steady=tuple(steady), within_cold_starts=cold_starts)
+    firsts = _mapping(entry.get("first_within_s", {}), "recovery.first_within_s")
+    deadlines: dict[str, float] = {}
+    for name, limit in firsts.items():
+        path = f"recovery.first_within_s.{name}"
+        if name not in steady:
+            raise _fail(path, f"{name!r} is not a steady SLO; recovery.steady: {', '.join(steady)}")
+        deadlines[name] = _duration(limit, path, allow_zero=False)
+        if deadlines[name] >= within:
+            raise _fail(path, f"must be shorter than recovery.within_s ({within:g} s), got {limit!r}")
+    return RecoverySpec(
+        within_s=within,
+        hold_s=hold,
+        steady=tuple(steady),
+        within_cold_starts=cold_starts,
+        first_within_s=deadlines,
+    )
 
 
 def ensure_slos_are_valid(

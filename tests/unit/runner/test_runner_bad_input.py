@@ -99,7 +99,7 @@ EXPECTED: dict[str, str] = {
     "recovery_not_a_mapping.yaml": "recovery: must be a mapping, got list",
     "recovery_missing_within.yaml": "recovery.within_s: required",
     "recovery_steady_not_a_list.yaml": "recovery.steady: must be a non-empty list of SLO names, got 'ttft_after'",
-    "recovery_unknown_key.yaml": "recovery.hold: unknown key; use one of within_s, within_cold_starts, hold_s, steady",
+    "recovery_unknown_key.yaml": "recovery.hold: unknown key; use one of within_s, within_cold_starts, hold_s, steady, first_within_s",
     "recovery_unknown_steady.yaml": "recovery.steady[1]: no SLO named 'queue_empty'; declared: kv_headroom_before, ",
     # SLO keys.
     "bad_agg.yaml": "slos[2].agg: unknown aggregate 'average'; use one of mean, ",

@@ -244,6 +244,39 @@ def test_recovering_after_within_s_is_not_recovering(run: Timeline) -> None:
     assert result is not None and not result.recovered
 
 
+def first_within_spec(ttft_first_within_s: float) -> SloSpec:
+    return spec(TTFT, AVAILABILITY, recovery=f"{{within_s: 15, hold_s: 5, steady: [ttft, availability], first_within_s: {{ttft: {ttft_first_within_s}}}}}")  # fmt: skip
+
+
+def up_to(timeline: Timeline, synth: Synth, last: float) -> Timeline:
+    return synth.timeline(*[[r for r in timeline.rows if r.probe == p and r.t <= synth.t0 + last]
+                            for p in ("canary.ttft_s", "canary.success")], injected=10, reverted=20)  # fmt: skip
+
+
+def test_a_step_late_for_its_own_deadline_fails_recovery_once_the_deadline_has_passed(
+    run: Timeline, synth: Synth
+) -> None:
+    # TTFT is back 5 s after the revert: within the 15 s window, late for its own 3 s.
+    result = recover(run, first_within_spec(3))
+    assert result is not None and not result.recovered and result.settled
+    assert result.missed == ("ttft",)
+    assert result.reason == "ttft did not hold for 5 s from within 3 s of the revert (its own deadline)"
+    # Settled only once the samples reach past the deadline and its hold (20 + 3 + 5): a runner
+    # or a chaos run may stop waiting then, not before, and not for a deadline that was met.
+    early = recover(up_to(run, synth, 27), first_within_spec(3))
+    assert early is not None and not early.settled
+    assert recover(up_to(run, synth, 28), first_within_spec(3)) == result
+    met = recover(run, first_within_spec(6))
+    assert met is not None and met.recovered and met.missed == () and met.time_to_recover_s == 5.0
+
+
+def test_a_step_never_sampled_after_the_revert_misses_its_deadline(synth: Synth) -> None:
+    silent = synth.timeline(synth.rows("canary.ttft_s", [0.1] * 20),
+                            synth.rows("canary.success", [1.0] * 41), **MARKS)  # fmt: skip
+    result = recover(silent, first_within_spec(3))
+    assert result is not None and result.missed == ("ttft",) and result.settled
+
+
 def cold_start_rows(synth: Synth, seconds: float, start: float, count: int) -> list[Row]:
     return synth.rows("vllm.cold_start_s", [seconds] * count, start=start, labels={"replica": "replica-0"})
 

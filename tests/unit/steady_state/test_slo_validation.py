@@ -73,6 +73,12 @@ def test_a_recovery_window_may_be_a_number_of_replica_cold_starts() -> None:
     assert spec.recovery.describe() == "90 s of the revert, or 1.5 replica cold starts if longer"
 
 
+def test_a_steady_slo_may_have_a_deadline_of_its_own() -> None:
+    spec = ensure_slos_are_valid(with_change(("recovery", "first_within_s"), {"availability": 30}))
+    assert spec.recovery is not None and spec.recovery.first_within_s == {"availability": 30.0}
+    assert spec.recovery.describe() == "90 s of the revert; availability first within 30 s"
+
+
 def test_recovery_is_optional_and_hold_defaults_to_zero() -> None:
     assert ensure_slos_are_valid(with_change(("recovery",), DELETE)).recovery is None
     spec = ensure_slos_are_valid(with_change(("recovery", "hold_s"), DELETE))
@@ -124,9 +130,13 @@ def test_ops_compare_as_written() -> None:
         (("recovery", "steady"), [], "recovery.steady: must be a non-empty list of SLO names"),
         (("recovery", "steady"), "availability", "recovery.steady: must be a non-empty list of SLO names, got 'availability'"),
         (("recovery", "steady"), ["availability", "latency"], "recovery.steady[1]: no SLO named 'latency'; declared: canary_ttft_p95, availability, kv_headroom"),
-        (("recovery", "hold"), 5, "recovery.hold: unknown key; use one of within_s, within_cold_starts, hold_s, steady"),
+        (("recovery", "hold"), 5, "recovery.hold: unknown key; use one of within_s, within_cold_starts, hold_s, steady, first_within_s"),
         (("recovery", "within_cold_starts"), 0, "recovery.within_cold_starts: must be more than 0 (how many replica cold starts recovery may take), got 0"),
         (("recovery", "within_cold_starts"), "2", "recovery.within_cold_starts: must be a number, got str '2'"),
+        (("recovery", "first_within_s"), 30, "recovery.first_within_s: must be a mapping, got int"),
+        (("recovery", "first_within_s"), {"kv_headroom": 30}, "recovery.first_within_s.kv_headroom: 'kv_headroom' is not a steady SLO; recovery.steady: canary_ttft_p95, availability"),
+        (("recovery", "first_within_s"), {"availability": 90}, "recovery.first_within_s.availability: must be shorter than recovery.within_s (90 s), got 90"),
+        (("recovery", "first_within_s"), {"availability": 0}, "recovery.first_within_s.availability: must be more than 0 seconds, got 0"),
     ],
 )  # fmt: skip
 def test_each_mistake_is_reported_with_its_key_path(
