@@ -362,6 +362,24 @@ async def _read_twice(fake: FakePrometheus, selector: PromVllmSelector) -> dict[
     return first
 
 
+async def test_a_round_slower_than_max_age_still_serves_every_probe_of_the_tick(
+    fake_prometheus: FakePrometheus,
+) -> None:
+    computing = replace(LOCAL, recorded=False)
+    _answer(fake_prometheus, computing, _results())
+    # Each query takes 0.2 s of the clock: a round (12 queries) outlasts max_age_s.
+    clock = lambda: 0.2 * len(fake_prometheus.sent)  # noqa: E731
+    source = PrometheusVllmSource(fake_prometheus.url, computing, max_age_s=0.5, clock=clock)
+    try:
+        probes = [PrometheusVllmProbe(name, source) for name in ("replica-0", "replica-1", "replica-0")]
+        await asyncio.gather(*(p.read() for p in probes))
+    finally:
+        await source.aclose()
+    assert len(fake_prometheus.sent) == len(computing.queries()), (
+        "one round for the tick, not one per replica"
+    )
+
+
 async def test_a_prometheus_that_records_the_rules_is_read_from_them_asked_once(
     fake_prometheus: FakePrometheus,
 ) -> None:
