@@ -21,12 +21,24 @@ query side, and 1,000 targets each second would measure the scraping of a 2-core
 keeps, as an exporter filtered at the source would): on 2 cores, 1,000 stand-ins of the whole
 text keep Prometheus busy parsing 600,000 lines per scrape, and its answers then measure that.
 
+``--backfill`` measures the query side alone, for replica counts a 2-core machine cannot have
+Prometheus scrape (at 1,000 stand-ins its rule group alone took 6.4-6.6 s at 190 % CPU): the
+series Prometheus holds for one scraped and recorded stand-in (``up``, the health job's ``up``,
+the kept series, the recorded quantiles) are copied for every replica, relabelled, into an
+OpenMetrics file that ``promtool tsdb create-blocks-from openmetrics`` writes into the TSDB of a
+second Prometheus that scrapes nothing; the tick's queries then read what a cluster's Prometheus
+(on machines of its own) would answer for that many replicas. The recorded quantiles carry a
+finite value (a static stand-in's windows hold no observations, NaN), so each one becomes a
+sample as in a flood. The computed curve needs every bucket series over time and is not
+measured there ("-"); direct scraping still reads the live stand-ins.
+
 Target: through Prometheus a tick stays <= 250 ms at 1,000 replicas, and does not grow with the
 replica count. Before a count is measured, every stand-in is scraped and the rules have
-recorded it.
+recorded it (backfilled: Prometheus answers for every replica).
 
-Run: .venv/bin/python bench/probe_scale.py [--counts 2,50,200,1000] [--ticks 5]
-Needs `prometheus` on PATH (apt-get install prometheus); starts and ends everything itself.
+Run: .venv/bin/python bench/probe_scale.py [--counts 2,50,200,1000] [--ticks 5] [--backfill]
+Needs `prometheus` (and for --backfill `promtool`) on PATH (apt-get install prometheus); starts
+and ends everything itself.
 """
 
 from __future__ import annotations
@@ -34,11 +46,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,7 +73,8 @@ from inferchaos.environments.local.prometheus_server import (
 )
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import free_port
-from inferchaos.primitives.vllm_promql import KEPT_METRICS
+from inferchaos.primitives.prometheus_api import PromSeries, vector_of
+from inferchaos.primitives.vllm_promql import CACHE_CONFIG, KEPT_METRICS, SERIES_PROBES
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
     PrometheusVllmSource,
@@ -161,6 +177,86 @@ def _wait_scraped(url: str, count: int, budget_s: float, selector: PromVllmSelec
         time.sleep(1.0)
 
 
+# What a tick reading the recorded quantiles selects of one replica (see PromVllmSelector.queries).
+_TICK_NAMES = {"up", CACHE_CONFIG, *SERIES_PROBES}
+# The value a backfilled quantile holds: a static stand-in's windows have no observations (NaN),
+# which the probe leaves out; a flooded replica's have one, and each becomes a sample.
+_BACKFILLED_QUANTILE_S = 0.25
+
+
+def _template(url: str, selector: PromVllmSelector) -> list[PromSeries]:
+    """Every series a recorded-quantile tick reads of ``replica-0``, as the live Prometheus holds it."""
+    names = _TICK_NAMES | {r.record for r in selector.recording_rules()}
+    query = '{replica="replica-0"}'
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=30.0).json()
+    series = [s for s in vector_of(answer, query) if s.labels.get("__name__") in names]
+    jobs = {s.labels.get("job") for s in series if s.labels.get("__name__") == "up"}
+    if len(jobs) < 2:
+        raise SystemExit(f"the live Prometheus holds no up of both jobs for replica-0 (jobs {jobs})")
+    return series
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _write_openmetrics(path: Path, template: list[PromSeries], count: int, times: list[float]) -> int:
+    """``template``'s series for replicas 0..count-1 at ``times``, as OpenMetrics; the line count.
+
+    A family's samples stay together and each series' timestamps rise, as promtool requires.
+    """
+    families: dict[str, list[PromSeries]] = {}
+    for s in template:
+        families.setdefault(s.labels["__name__"], []).append(s)
+    lines = 0
+    with path.open("w") as out:
+        for name, members in families.items():
+            out.write(f"# TYPE {name} unknown\n")
+            for n in range(count):
+                for s in members:
+                    labels = {k: v for k, v in s.labels.items() if k != "__name__"}
+                    labels["replica"] = f"replica-{n}"
+                    text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
+                    value = s.value if math.isfinite(s.value) else _BACKFILLED_QUANTILE_S
+                    out.writelines(f"{name}{{{text}}} {value!r} {t:.3f}\n" for t in times)
+                    lines += len(times)
+        out.write("# EOF\n")
+    return lines
+
+
+def _backfilled_prometheus(
+    folder: Path, template: list[PromSeries], count: int, interval_s: float
+) -> tuple[str, int]:
+    """A Prometheus that scrapes nothing and holds ``template`` for ``count`` replicas, from four
+    minutes ago to twenty minutes on (a sample each 30 s, within its 5-minute lookback); its
+    URL and pid."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        raise SystemExit("--backfill needs promtool (apt-get install prometheus)")
+    folder.mkdir()
+    now = time.time()
+    times = [now - 240.0 + 30.0 * k for k in range(49)]
+    source = folder / "series.om"
+    started = time.monotonic()
+    lines = _write_openmetrics(source, template, count, times)
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(folder / "data")],
+        check=True,
+    )
+    source.unlink()
+    print(f"  backfilled {count} replicas ({lines:,} samples) in {time.monotonic() - started:.1f} s",
+          flush=True)  # fmt: skip
+    record = start_prometheus(
+        free_port(), folder, dict(os.environ), folder / "logs", timeout_s=120.0, interval_s=interval_s
+    )
+    return record.url, record.pid
+
+
+def _end(pid: int) -> None:
+    os.killpg(pid, signal.SIGTERM)
+    os.waitpid(pid, 0)  # started by this process: reap it
+
+
 async def _tick_ms(probes: list[VllmProbe] | list[PrometheusVllmProbe]) -> float:
     # The garbage of the method measured before (a direct tick parses every replica's text)
     # is not this one's to collect: in a run, only one of them reads.
@@ -171,7 +267,7 @@ async def _tick_ms(probes: list[VllmProbe] | list[PrometheusVllmProbe]) -> float
 
 
 async def _measure(
-    port: int, prom_url: str, count: int, ticks: int, selector: PromVllmSelector
+    port: int, prom_url: str, count: int, ticks: int, selector: PromVllmSelector, computed_too: bool
 ) -> tuple[list[float], list[float], list[float]]:
     names = [f"replica-{n}" for n in range(count)]
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
@@ -198,8 +294,9 @@ async def _measure(
             await asyncio.sleep(source.max_age_s)  # a new round of queries, as the next tick would send
             through_ms.append(await _tick_ms(through))
             await asyncio.sleep(source.max_age_s)
-            computed_ms.append(await _tick_ms(computed))
-            await asyncio.sleep(source.max_age_s)
+            if computed_too:
+                computed_ms.append(await _tick_ms(computed))
+                await asyncio.sleep(source.max_age_s)
         return direct_ms, through_ms, computed_ms
 
 
@@ -212,6 +309,9 @@ def main() -> None:
     parser.add_argument("--scrape-interval", type=float, default=5.0, help="Prometheus' scrape interval, s")
     parser.add_argument("--published", choices=("full", "kept"), default="full",
                         help="what each stand-in publishes: the whole recorded text, or only the series the probes read")  # fmt: skip
+    parser.add_argument("--backfill", action="store_true",
+                        help="query a Prometheus whose TSDB promtool filled with every replica's series, "
+                             "instead of one scraping every stand-in (the query side alone)")  # fmt: skip
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     # A `timeout` or Ctrl-C must still end the Prometheus and the stand-ins this bench started.
@@ -230,25 +330,48 @@ def main() -> None:
             interval_s=args.scrape_interval,
         )
         try:
+            targets_dir = Path(record.targets_dir)
+            template: list[PromSeries] = []
+            if args.backfill:
+                # One stand-in scraped and recorded gives the series every backfilled replica copies.
+                write_targets(targets_dir, VLLM_JOB, _targets(port, 1, "metrics"))
+                write_targets(targets_dir, HEALTH_JOB, _targets(port, 1, "health"))
+                _wait_scraped(record.url, 1, 30.0 + 3 * args.scrape_interval, selector)
+                template = _template(record.url, selector)
+                print(f"backfilled replicas copy the {len(template)} series a tick reads of one scraped "
+                      "stand-in; computed quantiles not measured", flush=True)  # fmt: skip
             print(f"{'replicas':>8}  {'direct median':>13}  {'direct max':>10}  {'prometheus median':>17}  "
                   f"{'prometheus max':>14}  {'direct / prometheus':>19}  {'computed median':>15}  "
                   f"{'computed max':>12}")  # fmt: skip
             for count in counts:
-                targets_dir = Path(record.targets_dir)
-                write_targets(targets_dir, VLLM_JOB, _targets(port, count, "metrics"))
-                write_targets(targets_dir, HEALTH_JOB, _targets(port, count, "health"))
-                budget = 30.0 + 3 * args.scrape_interval + count * 0.05
-                _wait_scraped(record.url, count, budget, selector)
-                direct_ms, through_ms, computed_ms = asyncio.run(
-                    _measure(port, record.url, count, args.ticks, selector)
+                if args.backfill:
+                    prom_url, prom_pid = _backfilled_prometheus(
+                        folder / f"backfill-{count}", template, count, args.scrape_interval
+                    )
+                    _wait_scraped(prom_url, count, 60.0, selector)
+                else:
+                    write_targets(targets_dir, VLLM_JOB, _targets(port, count, "metrics"))
+                    write_targets(targets_dir, HEALTH_JOB, _targets(port, count, "health"))
+                    budget = 30.0 + 3 * args.scrape_interval + count * 0.05
+                    _wait_scraped(record.url, count, budget, selector)
+                    prom_url, prom_pid = record.url, 0
+                try:
+                    direct_ms, through_ms, computed_ms = asyncio.run(
+                        _measure(port, prom_url, count, args.ticks, selector, computed_too=not args.backfill)
+                    )
+                finally:
+                    if prom_pid:
+                        _end(prom_pid)
+                d, t = statistics.median(direct_ms), statistics.median(through_ms)
+                computed = (
+                    f"{statistics.median(computed_ms):>12.1f} ms  {max(computed_ms):>9.1f} ms"
+                    if computed_ms
+                    else f"{'-':>15}  {'-':>12}"
                 )
-                d, t, c = (statistics.median(ms) for ms in (direct_ms, through_ms, computed_ms))
                 print(f"{count:>8}  {d:>10.1f} ms  {max(direct_ms):>7.1f} ms  {t:>14.1f} ms  "
-                      f"{max(through_ms):>11.1f} ms  {d / t:>18.1f}x  {c:>12.1f} ms  "
-                      f"{max(computed_ms):>9.1f} ms", flush=True)  # fmt: skip
+                      f"{max(through_ms):>11.1f} ms  {d / t:>18.1f}x  {computed}", flush=True)  # fmt: skip
         finally:
-            os.killpg(record.pid, signal.SIGTERM)
-            os.waitpid(record.pid, 0)  # started by this process: reap it
+            _end(record.pid)
             server.terminate()
             server.join(timeout=10)
     print("target: through Prometheus <= 250 ms at 1,000 replicas, flat in the replica count")
