@@ -114,10 +114,11 @@ class PrometheusVllmSource:
     """One round of queries per tick, shared by every replica's probe of that tick.
 
     A round answered less than ``max_age_s`` ago is answered again (the replicas' probes of one
-    tick run together), however long it took; so is its failure, so a Prometheus that is down costs one round, not one
-    per replica. A selector whose ``recorded`` is None reads the recorded series where
-    Prometheus evaluates every rule of :meth:`PromVllmSelector.recording_rules` (by name),
-    else computes them; decided once, at the first round Prometheus answers.
+    tick run together), however long it took; so is its failure, so a Prometheus that is down
+    costs one round, not one per replica. A selector whose ``recorded`` is None reads the
+    recorded series where Prometheus evaluates every rule of
+    :meth:`PromVllmSelector.recording_rules` (by name), else computes them; decided once, at
+    the first round Prometheus answers.
     """
 
     def __init__(
