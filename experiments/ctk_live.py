@@ -103,6 +103,7 @@ def sample_steady_state(
     slos: Sequence[Mapping[str, Any]] = (),
     recovery: Mapping[str, Any] | None = None,
     canary_timeout_s: float = CanaryPace.request_timeout_s,
+    canary_max_in_flight: int = CanaryPace.max_in_flight,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
@@ -112,8 +113,8 @@ def sample_steady_state(
     has samples.
 
     ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
-    experiment's recovery declaration, ``canary_timeout_s`` its ``canary.request_timeout_s``.
-    Returns what was sampled (phase, ticks, seconds and, after the method, whether and how fast
+    experiment's recovery declaration, ``canary_timeout_s`` and ``canary_max_in_flight`` its
+    ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase, ticks, seconds and, after the method, whether and how fast
     it recovered).
     """
     path = Path(timeline).resolve()
@@ -122,7 +123,7 @@ def sample_steady_state(
         before = path not in _BASELINES
         _BASELINES.add(path)
     env = open_local_environment(configuration)
-    pace = CanaryPace(request_timeout_s=canary_timeout_s)
+    pace = CanaryPace(request_timeout_s=canary_timeout_s, max_in_flight=canary_max_in_flight)
     if before:
         path.unlink(missing_ok=True)
         sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace))
@@ -192,6 +193,7 @@ def sample_during(
     wait_for_injection_s: float = 120.0,
     at_most_s: float = 600.0,
     canary_timeout_s: float = CanaryPace.request_timeout_s,
+    canary_max_in_flight: int = CanaryPace.max_in_flight,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
@@ -201,8 +203,8 @@ def sample_during(
     List it first in the method with ``background: true``, so that chaoslib runs the fault's
     action beside it; chaoslib waits for it before the hypothesis after the method. It gives up
     when no injection is recorded within ``wait_for_injection_s`` and stops after ``at_most_s``
-    in all; ``canary_timeout_s`` is the experiment's ``canary.request_timeout_s``. Returns what
-    was sampled (phase, ticks, seconds, and the reason it stopped).
+    in all; ``canary_timeout_s`` and ``canary_max_in_flight`` are the experiment's
+    ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase, ticks, seconds, and the reason it stopped).
     """
     path = Path(timeline).resolve()
     if not path.exists():
@@ -220,7 +222,7 @@ def sample_during(
         ]
         return min(times, default=None)
 
-    pace = CanaryPace(request_timeout_s=canary_timeout_s)
+    pace = CanaryPace(request_timeout_s=canary_timeout_s, max_in_flight=canary_max_in_flight)
     return asdict(
         asyncio.run(_sample_during(env, path, name, injected_at, pace, wait_for_injection_s, at_most_s))
     )

@@ -43,6 +43,7 @@ def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[lis
             model=status.model.name,
             rate_per_s=pace.rate_per_s,
             request_timeout_s=pace.request_timeout_s,
+            max_in_flight=pace.max_in_flight,
         )  # fmt: skip
     )
     probes.append(canary)

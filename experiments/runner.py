@@ -315,7 +315,7 @@ class Runner:
     async def _phases(self, timeline: Timeline) -> None:
         spec = self.spec
         self.env.connect_ray()
-        pace = CanaryPace(self.options.canary_rate_per_s, spec.canary_timeout_s)
+        pace = CanaryPace(self.options.canary_rate_per_s, spec.canary_timeout_s, spec.canary_max_in_flight)
         probes, canary = self._probe_factory(self.env, pace)
         sampler = Sampler(probes, timeline, self.options.interval_s, on_tick=self._on_tick(timeline),
                           timeouts=self._timeouts(probes))  # fmt: skip

@@ -82,6 +82,8 @@ class ExperimentSpec:
     # How long a canary request may wait for its answer before it counts as failed; a latency
     # SLO judged during the fault needs a threshold well below it.
     canary_timeout_s: float = 10.0
+    # At most this many canary requests wait at once; one due beyond it is not sent and fails.
+    canary_max_in_flight: int = 8
 
 
 def _fail(path: Path, key: str, message: str) -> ConfigError:
@@ -129,18 +131,31 @@ def _seconds(path: Path, key: str, value: Any, *, allow_zero: bool = False) -> f
         raise _fail(path, e.key, e.problem) from e
 
 
-def _canary_timeout(path: Path, raw: Any) -> float:
-    """``canary: {request_timeout_s: N}``: the one canary setting an experiment makes."""
+def _canary(path: Path, raw: Any) -> tuple[float, int]:
+    """``canary: {request_timeout_s: N, max_in_flight: M}``: the canary settings an experiment
+    makes, as (timeout, in-flight cap)."""
+    defaults = CanaryPace()
     if raw is None:
-        return CanaryPace().request_timeout_s
+        return defaults.request_timeout_s, defaults.max_in_flight
     if not isinstance(raw, dict):
-        raise _fail(path, "canary", f"must be a mapping with request_timeout_s, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - {"request_timeout_s"})
+        raise _fail(
+            path,
+            "canary",
+            f"must be a mapping with request_timeout_s, max_in_flight, got {type(raw).__name__}",
+        )
+    unknown = sorted(set(raw) - {"request_timeout_s", "max_in_flight"})
     if unknown:
-        raise _fail(path, f"canary.{unknown[0]}", "unknown key; use request_timeout_s")
-    return _seconds(
-        path, "canary.request_timeout_s", raw.get("request_timeout_s", CanaryPace().request_timeout_s)
+        raise _fail(path, f"canary.{unknown[0]}", "unknown key; use request_timeout_s, max_in_flight")
+    timeout_s = _seconds(
+        path, "canary.request_timeout_s", raw.get("request_timeout_s", defaults.request_timeout_s)
     )
+    try:
+        max_in_flight = convert(raw.get("max_in_flight", defaults.max_in_flight), int, "canary.max_in_flight")
+    except InvalidValue as e:
+        raise _fail(path, e.key, e.problem) from e
+    if max_in_flight < 1:
+        raise _fail(path, "canary.max_in_flight", f"must be at least 1, got {max_in_flight!r}")
+    return timeout_s, max_in_flight
 
 
 ROLLBACK_PREFIX = "rollback_"
@@ -278,7 +293,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     if not isinstance(baseline, dict):
         raise _fail(path, "baseline", "must be a mapping with duration_s")
     baseline_s = _seconds(path, "baseline.duration_s", baseline.get("duration_s", 10))
-    canary_timeout_s = _canary_timeout(path, raw.get("canary"))
+    canary_timeout_s, canary_max_in_flight = _canary(path, raw.get("canary"))
     try:
         slos = ensure_slos_are_valid(raw)
     except ConfigError as e:
@@ -297,6 +312,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
         stop_conditions=stop_conditions,
         raw=raw,
         canary_timeout_s=canary_timeout_s,
+        canary_max_in_flight=canary_max_in_flight,
     )
 
 

@@ -30,6 +30,7 @@ class CanaryPace:
 
     rate_per_s: float = 2.0
     request_timeout_s: float = 10.0
+    max_in_flight: int = 8
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,11 @@ def test_the_experiment_sets_the_canary_timeout_and_the_run_keeps_the_rate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
-    spec = replace(make_spec(tmp_path / "fake.yaml"), canary_timeout_s=30.0)
+    spec = replace(make_spec(tmp_path / "fake.yaml"), canary_timeout_s=30.0, canary_max_in_flight=60)
     result = run_fake_experiment(spec, tmp_path / "run")
-    assert result.probes.paces == [CanaryPace(rate_per_s=2.0, request_timeout_s=30.0)]
+    assert result.probes.paces == [CanaryPace(rate_per_s=2.0, request_timeout_s=30.0, max_in_flight=60)]
 
 
-def test_without_a_canary_block_the_timeout_is_ten_seconds() -> None:
-    assert load_and_validate(REPO / "experiments" / "engine_hang.yaml").canary_timeout_s == 10.0
+def test_without_a_canary_block_the_timeout_is_ten_seconds_with_eight_in_flight() -> None:
+    spec = load_and_validate(REPO / "experiments" / "engine_hang.yaml")
+    assert (spec.canary_timeout_s, spec.canary_max_in_flight) == (10.0, 8)

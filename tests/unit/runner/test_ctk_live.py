@@ -153,9 +153,11 @@ def test_the_hypothesis_lists_every_slo_as_declared_and_the_method_samples_besid
     (sampler,) = [p for p in probes if p["provider"]["func"] == "sample_steady_state"]
     assert sampler["provider"]["arguments"]["slos"] == declared
     assert sampler["provider"]["arguments"]["baseline_s"] == spec.baseline_s
-    # The canary waits as long for its answers as in the runner (kv_flood's queue takes 30 s).
+    # The canary waits as long for its answers, with as many in flight, as in the runner
+    # (kv_flood's queue takes 30 s).
     for arguments in (sampler["provider"]["arguments"], first["provider"]["arguments"]):
         assert arguments.get("canary_timeout_s", CanaryPace().request_timeout_s) == spec.canary_timeout_s
+        assert arguments.get("canary_max_in_flight", CanaryPace().max_in_flight) == spec.canary_max_in_flight
     # The method reverts its fault last, so that the hypothesis after it judges recovery.
     last = raw["method"][-1]["provider"]
     assert (last["module"], last["func"]) == (spec.fault.module, f"{ROLLBACK_PREFIX}{spec.fault.func}")
