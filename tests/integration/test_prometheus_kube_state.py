@@ -6,30 +6,18 @@ cluster. :class:`PrometheusK8sProbe` then reads it with the queries it sends on 
 so the PromQL, Prometheus' answers and their reading meet with no fake between them. A second
 target, another cluster's kube-state-metrics under another job, is what ``kube_matchers`` is
 for. Neither Ray nor vLLM is needed: this module uses none of conftest.py's environment
-fixtures. The stand-in and Prometheus each run as a process group of their own, ended by pid.
+fixtures. The stand-in and Prometheus are tests/integration/scraped_stand_in.py's.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-import httpx
 import pytest
-import yaml
+from scraped_stand_in import Job, prometheus_scraping, query
 
-from inferchaos.environments.local.prometheus_server import (
-    PROMETHEUS_HOST,
-    prometheus_argv,
-    prometheus_path,
-    wait_ready,
-)
 from inferchaos.faults.base import wait_until
-from inferchaos.primitives.processes import free_port, spawn_server
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeSelector
 
@@ -228,130 +216,29 @@ kube_node_status_condition{node="gpu-b-2",condition="Ready",status="false"} 0
 kube_node_status_condition{node="gpu-b-2",condition="Ready",status="unknown"} 0
 """
 
-# kube-state-metrics answers with the text format's content type (Prometheus 3 refuses a scrape
-# without a known one unless told a fallback).
-STAND_IN = """\
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-
-port, *pages = sys.argv[1:]
-bodies = {path: Path(file).read_bytes() for path, file in (page.split("=", 1) for page in pages)}
-
-
-class Exposition(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = bodies.get(self.path)
-        if body is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format, *args):
-        pass
-
-
-ThreadingHTTPServer(("127.0.0.1", int(port)), Exposition).serve_forever()
-"""
-
-
-@dataclass(frozen=True)
-class Scraped:
-    """The running pair: Prometheus at ``url`` scraping the stand-in."""
-
-    url: str
-    prometheus_pid: int
-    stand_in_pid: int
-
-
-def _end_group(pid: int) -> None:
-    """End a process group this test started, by its leader's pid, and reap the leader."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass  # it died already; it is still this process's child to reap
-    if wait_until(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, 10.0) is None:
-        os.killpg(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-
-
-def _scrape_config(stand_in: str) -> dict[str, object]:
-    def job(name: str, path: str) -> dict[str, object]:
-        return {
-            "job_name": name,
-            "metrics_path": path,
-            "scrape_interval": "1s",
-            "scrape_timeout": "800ms",
-            # As kube-prometheus-stack scrapes kube-state-metrics: its namespace and pod labels
-            # are the objects', not the target's.
-            "honor_labels": True,
-            "static_configs": [{"targets": [stand_in]}],
-        }
-
-    return {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [job(JOB, "/metrics"), job(OTHER_JOB, "/other/metrics")],
-    }
-
-
-def _query(url: str, promql: str) -> list[dict[str, object]]:
-    answer = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=5.0).json()
-    result: list[dict[str, object]] = answer["data"]["result"]
-    return result
-
 
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
-    """The stand-in for kube-state-metrics and a real Prometheus scraping it each second, once
-    for the module: every test reads the same unchanging cluster."""
-    tmp_path = tmp_path_factory.mktemp("kube-state")
-    (tmp_path / "ksm.txt").write_text(KUBE_STATE_METRICS)
-    (tmp_path / "other.txt").write_text(OTHER_CLUSTER)
-    (tmp_path / "stand_in.py").write_text(STAND_IN)
-    port = free_port()
-    argv = [sys.executable, str(tmp_path / "stand_in.py"), str(port),
-            f"/metrics={tmp_path / 'ksm.txt'}", f"/other/metrics={tmp_path / 'other.txt'}"]  # fmt: skip
-    stand_in, _ = spawn_server(argv, dict(os.environ), tmp_path / "logs" / "stand_in.log")
-    prometheus: int | None = None
-    try:
-        assert wait_until(lambda: _answers(f"http://127.0.0.1:{port}/metrics"), 10.0) is not None, (
-            tmp_path / "logs" / "stand_in.log"
-        ).read_text()
-        config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump(_scrape_config(f"127.0.0.1:{port}"), sort_keys=False))
-        prometheus_port = free_port()
-        argv = prometheus_argv(prometheus_path(), config, tmp_path / "data", prometheus_port)
-        prometheus, _ = spawn_server(argv, dict(os.environ), tmp_path / "logs" / "prometheus.log")
-        url = f"http://{PROMETHEUS_HOST}:{prometheus_port}"
-        assert wait_ready(url, 30.0, prometheus), (tmp_path / "logs" / "prometheus.log").read_text()[-2000:]
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a real Prometheus scraping the stand-in for kube-state-metrics each second,
+    once for the module: every test reads the same unchanging cluster. As kube-prometheus-stack
+    scrapes kube-state-metrics, its namespace and pod labels are the objects' (honor_labels),
+    not the target's."""
+    pages = {"/metrics": KUBE_STATE_METRICS, "/other/metrics": OTHER_CLUSTER}
+    jobs = {JOB: Job("/metrics", honor_labels=True), OTHER_JOB: Job("/other/metrics", honor_labels=True)}
+    with prometheus_scraping(tmp_path_factory.mktemp("kube-state"), pages, jobs) as scraping:
+        url = scraping.url
         # Both targets scraped, every family of ours in: the first scrape lands within a second.
         both = wait_until(
             lambda: (
-                len(_query(url, "up == 1")) == 2
-                and len(_query(url, f'count by (job) (kube_node_status_condition{{job="{JOB}"}})')) == 1
-                and len(_query(url, 'count by (job) ({__name__=~"kube_.+"})')) == 2
+                len(query(url, "up == 1")) == 2
+                and len(query(url, f'count by (job) (kube_node_status_condition{{job="{JOB}"}})')) == 1
+                and len(query(url, 'count by (job) ({__name__=~"kube_.+"})')) == 2
             ),
             30.0,
             0.5,
         )
-        assert both is not None, f"targets not scraped: {_query(url, 'up')}"
-        yield Scraped(url, prometheus, stand_in)
-    finally:
-        # Both were started by this process: each is its own group's leader and this process's child.
-        if prometheus is not None:
-            _end_group(prometheus)
-        _end_group(stand_in)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+        assert both is not None, f"targets not scraped: {query(url, 'up')}"
+        yield url
 
 
 def _values(samples: list[Sample]) -> dict[str, float]:
@@ -366,8 +253,8 @@ async def _read(url: str, selector: PromKubeSelector) -> dict[str, float]:
         await probe.aclose()
 
 
-async def test_the_promql_probe_reads_the_cluster_kube_state_metrics_describes(scraped: Scraped) -> None:
-    values = await _read(scraped.url, PromKubeSelector(NS, f'job="{JOB}"'))
+async def test_the_promql_probe_reads_the_cluster_kube_state_metrics_describes(scraped: str) -> None:
+    values = await _read(scraped, PromKubeSelector(NS, f'job="{JOB}"'))
     assert values == {
         # Three nodes, inferchaos-worker2 NotReady; none cordoned.
         "k8s.nodes_ready": 2.0,
@@ -387,8 +274,8 @@ async def test_the_promql_probe_reads_the_cluster_kube_state_metrics_describes(s
     }
 
 
-async def test_another_namespace_reads_only_its_own_objects(scraped: Scraped) -> None:
-    values = await _read(scraped.url, PromKubeSelector("team-b", f'job="{JOB}"'))
+async def test_another_namespace_reads_only_its_own_objects(scraped: str) -> None:
+    values = await _read(scraped, PromKubeSelector("team-b", f'job="{JOB}"'))
     assert values["k8s.deployment_ready_replicas{deployment=vllm}"] == 1.0
     assert values["k8s.pods_pending{namespace=team-b}"] == 1.0
     assert values["k8s.pods_unschedulable{namespace=team-b;reason=Unschedulable}"] == 1.0
@@ -398,22 +285,22 @@ async def test_another_namespace_reads_only_its_own_objects(scraped: Scraped) ->
     }
 
 
-async def test_the_node_selector_counts_only_the_pool_through_kube_node_labels(scraped: Scraped) -> None:
-    values = await _read(scraped.url, PromKubeSelector(NS, f'job="{JOB}"', "inferchaos.io/pool=gpu"))
+async def test_the_node_selector_counts_only_the_pool_through_kube_node_labels(scraped: str) -> None:
+    values = await _read(scraped, PromKubeSelector(NS, f'job="{JOB}"', "inferchaos.io/pool=gpu"))
     # The two GPU workers, one of them NotReady; the control plane is not in the pool.
     assert values["k8s.nodes_ready"] == 1.0 and values["k8s.nodes_schedulable"] == 1.0
     # A set-based selector: its values are regex-escaped ('-' and '.') for Prometheus' RE2.
     selector = PromKubeSelector(NS, f'job="{JOB}"', "inferchaos.io/pool in (gpu, cpu-pool.a)")
-    assert (await _read(scraped.url, selector))["k8s.nodes_ready"] == 1.0
-    values = await _read(scraped.url, PromKubeSelector(NS, f'job="{JOB}"', "!inferchaos.io/pool"))
+    assert (await _read(scraped, selector))["k8s.nodes_ready"] == 1.0
+    values = await _read(scraped, PromKubeSelector(NS, f'job="{JOB}"', "!inferchaos.io/pool"))
     assert values["k8s.nodes_ready"] == 1.0  # the control plane alone
 
 
-async def test_kube_matchers_keep_another_clusters_kube_state_metrics_out(scraped: Scraped) -> None:
+async def test_kube_matchers_keep_another_clusters_kube_state_metrics_out(scraped: str) -> None:
     # Without them the other cluster's two Ready nodes and its vllm Deployment (8 ready) mix in.
-    mixed = await _read(scraped.url, PromKubeSelector(NS))
+    mixed = await _read(scraped, PromKubeSelector(NS))
     assert mixed["k8s.nodes_ready"] == 4.0
     assert mixed["k8s.deployment_ready_replicas{deployment=vllm}"] == 8.0
-    ours = await _read(scraped.url, PromKubeSelector(NS, f'job="{JOB}"'))
+    ours = await _read(scraped, PromKubeSelector(NS, f'job="{JOB}"'))
     assert ours["k8s.nodes_ready"] == 2.0
     assert ours["k8s.deployment_ready_replicas{deployment=vllm}"] == 2.0
