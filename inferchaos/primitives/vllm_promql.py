@@ -43,8 +43,12 @@ SERIES_PROBES: Mapping[str, str] = {
     PROMPT_TOKENS: "vllm.prompt_tokens_total",
     GENERATION_TOKENS: "vllm.generation_tokens_total",
 }
+# The series read as they are, by how a replica's engines add up: summed, or the fullest one's.
+_FULLEST: tuple[str, ...] = tuple(m for m, probe in SERIES_PROBES.items() if probe == "vllm.kv_cache_usage")
+_SUMMED: tuple[str, ...] = tuple(m for m in SERIES_PROBES if m not in _FULLEST)
 # Keys of the queries that are not latency quantiles (a quantile's key is its probe name).
-SERIES, UP, HEALTH, CACHE_INFO, PREEMPTION_RATE = "series", "up", "health", "cache_info", "preemption_rate"
+SERIES, KV_SERIES, UP, HEALTH = "series", "kv_series", "up", "health"
+CACHE_INFO, PREEMPTION_RATE = "cache_info", "preemption_rate"
 # Every recorded series, in one query: their names tell them apart.
 RECORDED = "recorded"
 RULE_GROUP = "inferchaos_vllm"
@@ -102,6 +106,11 @@ class PromVllmSelector:
         inner = ",".join(m for m in (self.matchers, *extra) if m)
         return f"{metric}{{{inner}}}" if inner else metric
 
+    def _named(self, names: tuple[str, ...]) -> str:
+        """The replicas' series of any of the vLLM metrics ``names``."""
+        alternatives = "|".join(name.removeprefix("vllm:") for name in names)
+        return self.selector("", f'__name__=~"vllm:({alternatives})"')
+
     def recording_rules(self) -> list[RecordingRule]:
         """The rules that precompute, per replica, what a tick would otherwise compute.
 
@@ -134,9 +143,15 @@ class PromVllmSelector:
         """Every query of one tick, by key (a quantile's key is its probe name; the recorded
         series come in one query, :data:`RECORDED`)."""
         by = self.replica_label
-        names = "|".join(name.removeprefix("vllm:") for name in SERIES_PROBES)
         queries = {
-            SERIES: self.selector("", f'__name__=~"vllm:({names})"'),
+            # Per replica as direct scraping reads its /metrics (primitives/vllm_metrics.py):
+            # summed over its engines (data-parallel ranks), the KV cache the fullest engine's.
+            # Two queries: `or` matches label sets without the metric name, so it would drop
+            # the KV series of every replica the summed side has. Grouping by the name and the
+            # replica alone also leaves out every other label (engine, instance, job,
+            # model_name): at 1,000 replicas they were half the answer.
+            SERIES: f"sum by (__name__, {by}) ({self._named(_SUMMED)})",
+            KV_SERIES: f"max by (__name__, {by}) ({self._named(_FULLEST)})",
             # A replica that may run at several addresses (the local environment's namespaces)
             # has a target at each; it is up where any of them is.
             UP: f"max by ({by}) ({self.selector('up')})",

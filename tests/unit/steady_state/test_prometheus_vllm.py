@@ -38,6 +38,7 @@ from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
     CACHE_INFO,
     HEALTH,
+    KV_SERIES,
     PREEMPTION_RATE,
     SERIES,
     UP,
@@ -97,8 +98,14 @@ def test_one_tick_is_a_fixed_set_of_queries_grouped_by_the_replica_label() -> No
     # A replica with a target at each worker's address (the netns environment) is up where any is.
     assert queries[UP] == 'max by (replica) (up{job="vllm"})'
     assert queries[HEALTH] == 'max by (replica) (up{job="vllm_health"})'
-    assert queries[SERIES].startswith('{job="vllm",__name__=~"vllm:(num_requests_running|')
-    assert "gpu_cache_usage_perc" in queries[SERIES], "vLLM's older KV name is read too"
+    # Per replica, as direct scraping adds up a replica's engines: counts summed, the KV cache
+    # the fullest engine's (tests/integration/test_prometheus_engines.py, against the real server).
+    summed, fullest = queries[SERIES], queries[KV_SERIES]
+    assert summed.startswith('sum by (__name__, replica) ({job="vllm",__name__=~"vllm:(num_requests_running|')
+    assert "kv_cache" not in summed
+    assert fullest == (
+        'max by (__name__, replica) ({job="vllm",__name__=~"vllm:(kv_cache_usage_perc|gpu_cache_usage_perc)"})'
+    ), "vLLM's older KV name is read too"
     assert queries[PREEMPTION_RATE] == 'sum by (replica) (rate(vllm:num_preemptions_total{job="vllm"}[5s]))'
     assert queries["vllm.ttft_p95_s"] == (
         "histogram_quantile(0.95, sum by (replica, le) "
@@ -106,6 +113,7 @@ def test_one_tick_is_a_fixed_set_of_queries_grouped_by_the_replica_label() -> No
     )
     assert set(queries) == {
         SERIES,
+        KV_SERIES,
         UP,
         HEALTH,
         CACHE_INFO,
@@ -125,10 +133,12 @@ def _results() -> dict[str, list[PromSeries]]:
         HEALTH: [PromSeries(r0, 1.0), PromSeries(r1, 0.0)],
         SERIES: [
             PromSeries({**r0, "__name__": "vllm:num_requests_waiting"}, 3.0),
+            PromSeries({**r1, "__name__": "vllm:generation_tokens_total"}, 1234.0),
+        ],
+        KV_SERIES: [
             PromSeries({**r0, "__name__": "vllm:gpu_cache_usage_perc"}, 0.1),
             PromSeries({**r0, "__name__": "vllm:kv_cache_usage_perc"}, 0.9),
             PromSeries({**r1, "__name__": "vllm:gpu_cache_usage_perc"}, 0.4),
-            PromSeries({**r1, "__name__": "vllm:generation_tokens_total"}, 1234.0),
         ],
         CACHE_INFO: [
             PromSeries(
@@ -267,7 +277,7 @@ def test_the_real_promtool_accepts_the_rules_of_a_local_and_a_cluster_selector(t
 def test_recorded_queries_read_exactly_the_rules_series_and_nothing_else_changes() -> None:
     recorded = replace(LOCAL, recorded=True).queries()
     computed = LOCAL.queries()
-    assert set(recorded) == {SERIES, UP, HEALTH, CACHE_INFO, RECORDED}, "one query for every rule"
+    assert set(recorded) == {SERIES, KV_SERIES, UP, HEALTH, CACHE_INFO, RECORDED}, "one query for every rule"
     match = re.fullmatch(r'\{__name__=~"(.*)"\}', recorded[RECORDED])
     assert match is not None, recorded[RECORDED]
     assert sorted(match.group(1).split("|")) == sorted(r.record for r in LOCAL.recording_rules())
@@ -394,7 +404,7 @@ async def test_a_prometheus_that_records_the_rules_is_read_from_them_asked_once(
     assert values == _values(readings_of(_results(), "replica")["replica-0"].samples)
     assert fake_prometheus.rule_listings == 1, "the rules are listed once, not at every tick"
     assert not any("histogram_quantile" in q for q in fake_prometheus.sent)
-    assert len(fake_prometheus.sent) == 2 * 5, "five queries a tick"
+    assert len(fake_prometheus.sent) == 2 * 6, "six queries a tick"
 
 
 @pytest.mark.parametrize("listing", ["some rules missing", "no rules API"])

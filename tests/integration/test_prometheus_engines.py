@@ -1,0 +1,109 @@
+"""A replica of several engines (vLLM's data-parallel ranks) reads the same through Prometheus
+as by scraping its ``/metrics`` directly: its request counts and token counters summed over
+the engines, its KV cache the fullest engine's.
+
+The distribution's ``prometheus`` scrapes a stand-in for two replicas' ``/metrics``
+(tests/integration/scraped_stand_in.py): replica-0 runs two engines, one of them full,
+replica-1 one. The direct probe reads the same pages. Neither Ray nor vLLM is needed: the
+live local environment's replicas run one engine each (test_prometheus_backend.py compares
+those).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from scraped_stand_in import Job, Scraping, prometheus_scraping, query
+
+from inferchaos.faults.base import wait_until
+from inferchaos.primitives.vllm_metrics import HISTOGRAMS, RUNNING
+from inferchaos.primitives.vllm_promql import SERIES_PROBES
+from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.prometheus_vllm import (
+    PrometheusVllmProbe,
+    PrometheusVllmSource,
+    PromVllmSelector,
+)
+from inferchaos.steady_state.vllm import VllmProbe
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        shutil.which("prometheus") is None, reason="the distribution's prometheus is not installed"
+    ),
+]
+
+MATCHERS = 'job=~"vllm-.+"'
+# The families the series probes read, as vLLM's V1 engine writes them: one series per engine.
+FAMILIES = {
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:num_preemptions_total": "counter",
+    "vllm:prompt_tokens_total": "counter",
+    "vllm:generation_tokens_total": "counter",
+}
+# Per replica, per engine: running, waiting, KV usage, preemptions, prompt and generation tokens.
+ENGINES = {
+    "replica-0": {"0": (3, 5, 1.0, 7, 9000, 1200), "1": (2, 0, 0.25, 1, 4000, 800)},
+    "replica-1": {"0": (1, 0, 0.5, 0, 300, 40)},
+}
+
+
+def _exposition(replica: str) -> str:
+    lines = []
+    for column, (family, kind) in enumerate(FAMILIES.items()):
+        lines += [f"# HELP {family} {family}.", f"# TYPE {family} {kind}"]
+        for engine, values in ENGINES[replica].items():
+            labels = f'engine="{engine}",model_name="tiny-llama"'
+            lines.append(f"{family}{{{labels}}} {float(values[column])}")
+    # The latency histograms direct scraping requires of a vLLM v1 replica (not compared here).
+    for histogram in HISTOGRAMS.values():
+        lines += [f"# HELP {histogram} {histogram}.", f"# TYPE {histogram} histogram"]
+        for engine in ENGINES[replica]:
+            for le in ("1.0", "+Inf"):
+                lines.append(f'{histogram}_bucket{{engine="{engine}",le="{le}"}} 2.0')
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def scraping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraping]:
+    """A real Prometheus scraping both replicas' pages each second."""
+    pages = {f"/{replica}/metrics": _exposition(replica) for replica in ENGINES} | {"/health": ""}
+    # Each target names its replica, as the local environment's file_sd targets and a Pod's do.
+    jobs = {f"vllm-{replica}": Job(f"/{replica}/metrics", labels={"replica": replica}) for replica in ENGINES}
+    with prometheus_scraping(tmp_path_factory.mktemp("engines"), pages, jobs) as scraping:
+        scraped = wait_until(
+            lambda: len(query(scraping.url, f"count by (replica) ({RUNNING}{{{MATCHERS}}})")) == 2,
+            30.0,
+            0.5,
+        )
+        assert scraped is not None, f"targets not scraped: {query(scraping.url, 'up')}"
+        yield scraping
+
+
+def _series(samples: list[Sample]) -> dict[str, float]:
+    read = set(SERIES_PROBES.values())
+    return {s.probe: s.value for s in samples if s.probe in read}
+
+
+async def test_a_replica_of_two_engines_reads_as_direct_scraping_reads_it(scraping: Scraping) -> None:
+    selector = PromVllmSelector(replica_label="replica", matchers=MATCHERS, recorded=False)
+    source = PrometheusVllmSource(scraping.url, selector, timeout_s=5.0)
+    read: dict[str, dict[str, float]] = {}
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        try:
+            for replica in ENGINES:
+                page = f"{scraping.stand_in}/{replica}/metrics"
+                direct = VllmProbe(replica, page, f"{scraping.stand_in}/health", client=client)
+                read[replica] = _series(await PrometheusVllmProbe(replica, source).read())
+                assert read[replica] == _series(await direct.read()), replica
+        finally:
+            await source.aclose()
+    two = read["replica-0"]
+    assert two["vllm.num_requests_running"] == 5.0 and two["vllm.num_requests_waiting"] == 5.0
+    assert two["vllm.prompt_tokens_total"] == 13000.0
+    assert two["vllm.kv_cache_usage"] == 1.0, "one full engine already queues: the fullest one's"
