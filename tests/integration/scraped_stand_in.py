@@ -8,6 +8,7 @@ their leaders' pids when it exits.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator, Mapping
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from inferchaos.environments.local.prometheus_server import (
@@ -27,6 +29,10 @@ from inferchaos.environments.local.prometheus_server import (
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import free_port, spawn_server
 
+# The contract tests against a real Prometheus skip, saying why, where the distribution's is missing.
+needs_prometheus = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="the distribution's prometheus is not installed"
+)
 # Exporters answer with the text format's content type (Prometheus 3 refuses a scrape without a
 # known one unless told a fallback).
 STAND_IN = """\

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import threading
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from scraped_stand_in import needs_prometheus
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.environments.local.prometheus_server import (
@@ -48,12 +48,7 @@ from inferchaos.steady_state.prometheus_vllm import (
 from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.vllm import VllmProbe
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        shutil.which("prometheus") is None, reason="the distribution's prometheus is not installed"
-    ),
-]
+pytestmark = [pytest.mark.integration, needs_prometheus]
 
 
 @pytest.fixture

@@ -11,12 +11,11 @@ those).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from scraped_stand_in import Job, Scraping, prometheus_scraping, query
+from scraped_stand_in import Job, Scraping, needs_prometheus, prometheus_scraping, query
 
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.vllm_metrics import HISTOGRAMS, RUNNING
@@ -29,12 +28,7 @@ from inferchaos.steady_state.prometheus_vllm import (
 )
 from inferchaos.steady_state.vllm import VllmProbe
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        shutil.which("prometheus") is None, reason="the distribution's prometheus is not installed"
-    ),
-]
+pytestmark = [pytest.mark.integration, needs_prometheus]
 
 MATCHERS = 'job=~"vllm-.+"'
 # The families the series probes read, as vLLM's V1 engine writes them: one series per engine.

@@ -11,22 +11,16 @@ fixtures. The stand-in and Prometheus are tests/integration/scraped_stand_in.py'
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
-from scraped_stand_in import Job, prometheus_scraping, query
+from scraped_stand_in import Job, needs_prometheus, prometheus_scraping, query
 
 from inferchaos.faults.base import wait_until
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeSelector
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        shutil.which("prometheus") is None, reason="the distribution's prometheus is not installed"
-    ),
-]
+pytestmark = [pytest.mark.integration, needs_prometheus]
 
 NS = "inferchaos"
 JOB, OTHER_JOB = "kube-state-metrics", "kube-state-metrics-b"
