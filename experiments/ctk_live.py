@@ -114,8 +114,8 @@ def sample_steady_state(
 
     ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
     experiment's recovery declaration, ``canary_timeout_s`` and ``canary_max_in_flight`` its
-    ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase, ticks, seconds and, after the method, whether and how fast
-    it recovered).
+    ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase,
+    ticks, seconds and, after the method, whether and how fast it recovered).
     """
     path = Path(timeline).resolve()
     spec = _spec(slos, recovery)
@@ -204,7 +204,8 @@ def sample_during(
     action beside it; chaoslib waits for it before the hypothesis after the method. It gives up
     when no injection is recorded within ``wait_for_injection_s`` and stops after ``at_most_s``
     in all; ``canary_timeout_s`` and ``canary_max_in_flight`` are the experiment's
-    ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase, ticks, seconds, and the reason it stopped).
+    ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase,
+    ticks, seconds, and the reason it stopped).
     """
     path = Path(timeline).resolve()
     if not path.exists():
