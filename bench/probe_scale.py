@@ -10,7 +10,10 @@ replica's vLLM probe (what the sampler does once per interval):
   ingestion;
 - computed: the same Prometheus asked to compute those quantiles at each tick
   (``histogram_quantile`` over ``rate`` of every bucket series), as a Prometheus without the
-  rules is asked; the curve the rules replace.
+  rules is asked; the curve the rules replace;
+- focused: through the same Prometheus, the tick of a fleet read in focus (``Focus``: what the
+  runs do above ``EVERY_REPLICA_UP_TO`` replicas): two replicas named by SLOs read each, and of
+  every other replica the ``OUTLIERS`` highest and lowest of each reading (``topk``/``bottomk``).
 
 The replicas are stand-ins: one threaded HTTP server publishing a recorded vLLM ``/metrics``
 (tests/fixtures/metrics/vllm_flooded.txt, about 600 series) on ``/r/<n>/metrics`` and an empty
@@ -33,7 +36,7 @@ sample as in a flood. The computed curve needs every bucket series over time and
 measured there ("-"); direct scraping still reads the live stand-ins.
 
 Target: through Prometheus a tick stays <= 250 ms at 1,000 replicas, and does not grow with the
-replica count. Before a count is measured, every stand-in is scraped and the rules have
+replica count (the focused curve; reading every replica, a tick's answer grows with the fleet). Before a count is measured, every stand-in is scraped and the rules have
 recorded it (backfilled: Prometheus answers for every replica).
 
 Run: .venv/bin/python bench/probe_scale.py [--counts 2,50,200,1000] [--ticks 5] [--backfill]
@@ -57,7 +60,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -74,8 +78,12 @@ from inferchaos.environments.local.prometheus_server import (
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries, vector_of
-from inferchaos.primitives.vllm_promql import CACHE_CONFIG, KEPT_METRICS, SERIES_PROBES
+from inferchaos.primitives.vllm_promql import CACHE_CONFIG, KEPT_METRICS, SERIES_PROBES, Focus
+from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.prometheus_vllm import (
+    EVERY_REPLICA_UP_TO,
+    OUTLIERS,
+    PrometheusVllmOutliersProbe,
     PrometheusVllmProbe,
     PrometheusVllmSource,
     PromVllmSelector,
@@ -257,7 +265,7 @@ def _end(pid: int) -> None:
     os.waitpid(pid, 0)  # started by this process: reap it
 
 
-async def _tick_ms(probes: list[VllmProbe] | list[PrometheusVllmProbe]) -> float:
+async def _tick_ms(probes: Sequence[Probe]) -> float:
     # The garbage of the method measured before (a direct tick parses every replica's text)
     # is not this one's to collect: in a run, only one of them reads.
     gc.collect()
@@ -266,9 +274,23 @@ async def _tick_ms(probes: list[VllmProbe] | list[PrometheusVllmProbe]) -> float
     return (time.perf_counter() - started) * 1000.0
 
 
+@dataclass
+class Ticks:
+    """The ticks measured at one replica count, in ms, by method."""
+
+    direct: list[float] = field(default_factory=list)
+    through: list[float] = field(default_factory=list)
+    computed: list[float] = field(default_factory=list)
+    focused: list[float] = field(default_factory=list)
+
+
+# The replicas a focused tick reads each, as an experiment's SLOs name one or two.
+_NAMED = frozenset({"replica-0", "replica-1"})
+
+
 async def _measure(
     port: int, prom_url: str, count: int, ticks: int, selector: PromVllmSelector, computed_too: bool
-) -> tuple[list[float], list[float], list[float]]:
+) -> Ticks:
     names = [f"replica-{n}" for n in range(count)]
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
@@ -284,23 +306,31 @@ async def _measure(
         computing = PrometheusVllmSource(
             prom_url, replace(selector, recorded=False), client=client, timeout_s=120.0
         )
+        named = _NAMED & set(names)
+        focusing = PrometheusVllmSource(
+            prom_url, replace(selector, recorded=True), client=client, timeout_s=120.0,
+            focus=Focus(named, OUTLIERS),
+        )  # fmt: skip
+        focused: list[Probe] = [PrometheusVllmProbe(name, focusing) for name in sorted(named)]
+        focused.append(PrometheusVllmOutliersProbe(focusing, named))
         through = [PrometheusVllmProbe(name, source) for name in names]
         computed = [PrometheusVllmProbe(name, computing) for name in names]
-        direct_ms: list[float] = []
-        through_ms: list[float] = []
-        computed_ms: list[float] = []
+        measured = Ticks()
         # Each method's ticks together, Prometheus' first: a run reads one way only, and the
         # direct probes' connections and parsed pages, once read, would stay alive under the
         # other methods' ticks and lengthen every garbage collection they set off.
         for _ in range(ticks):
             await asyncio.sleep(source.max_age_s)  # a new round of queries, as the next tick would send
-            through_ms.append(await _tick_ms(through))
+            measured.focused.append(await _tick_ms(focused))
+        for _ in range(ticks):
+            await asyncio.sleep(source.max_age_s)
+            measured.through.append(await _tick_ms(through))
         for _ in range(ticks if computed_too else 0):
             await asyncio.sleep(source.max_age_s)
-            computed_ms.append(await _tick_ms(computed))
+            measured.computed.append(await _tick_ms(computed))
         for _ in range(ticks):
-            direct_ms.append(await _tick_ms(direct))
-        return direct_ms, through_ms, computed_ms
+            measured.direct.append(await _tick_ms(direct))
+        return measured
 
 
 def main() -> None:
@@ -345,7 +375,7 @@ def main() -> None:
                       "stand-in; computed quantiles not measured", flush=True)  # fmt: skip
             print(f"{'replicas':>8}  {'direct median':>13}  {'direct max':>10}  {'prometheus median':>17}  "
                   f"{'prometheus max':>14}  {'direct / prometheus':>19}  {'computed median':>15}  "
-                  f"{'computed max':>12}")  # fmt: skip
+                  f"{'computed max':>12}  {'focused median':>14}  {'focused max':>11}")  # fmt: skip
             for count in counts:
                 if args.backfill:
                     prom_url, prom_pid = _backfilled_prometheus(
@@ -359,25 +389,28 @@ def main() -> None:
                     _wait_scraped(record.url, count, budget, selector)
                     prom_url, prom_pid = record.url, 0
                 try:
-                    direct_ms, through_ms, computed_ms = asyncio.run(
+                    measured = asyncio.run(
                         _measure(port, prom_url, count, args.ticks, selector, computed_too=not args.backfill)
                     )
                 finally:
                     if prom_pid:
                         _end(prom_pid)
-                d, t = statistics.median(direct_ms), statistics.median(through_ms)
+                d, t = statistics.median(measured.direct), statistics.median(measured.through)
                 computed = (
-                    f"{statistics.median(computed_ms):>12.1f} ms  {max(computed_ms):>9.1f} ms"
-                    if computed_ms
+                    f"{statistics.median(measured.computed):>12.1f} ms  {max(measured.computed):>9.1f} ms"
+                    if measured.computed
                     else f"{'-':>15}  {'-':>12}"
                 )
-                print(f"{count:>8}  {d:>10.1f} ms  {max(direct_ms):>7.1f} ms  {t:>14.1f} ms  "
-                      f"{max(through_ms):>11.1f} ms  {d / t:>18.1f}x  {computed}", flush=True)  # fmt: skip
+                f = statistics.median(measured.focused)
+                print(f"{count:>8}  {d:>10.1f} ms  {max(measured.direct):>7.1f} ms  {t:>14.1f} ms  "
+                      f"{max(measured.through):>11.1f} ms  {d / t:>18.1f}x  {computed}  "
+                      f"{f:>11.1f} ms  {max(measured.focused):>8.1f} ms", flush=True)  # fmt: skip
         finally:
             _end(record.pid)
             server.terminate()
             server.join(timeout=10)
-    print("target: through Prometheus <= 250 ms at 1,000 replicas, flat in the replica count")
+    print("target: through Prometheus <= 250 ms at 1,000 replicas, flat in the replica count "
+          f"(focused: above {EVERY_REPLICA_UP_TO} replicas a run reads in focus)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError, ProbeError
-from inferchaos.experiments.probes import build_probes, close_probes
+from inferchaos.experiments.probes import build_probes, close_probes, slo_replicas
 from inferchaos.faults.actions import (
     Configuration,
     Secrets,
@@ -126,7 +126,7 @@ def sample_steady_state(
     pace = CanaryPace(request_timeout_s=canary_timeout_s, max_in_flight=canary_max_in_flight)
     if before:
         path.unlink(missing_ok=True)
-        sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace))
+        sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace, slo_replicas(spec.slos)))
     else:
         with _LOCK:
             _BASELINES.discard(path)
@@ -134,13 +134,15 @@ def sample_steady_state(
     return asdict(sampled)
 
 
-async def _sample_baseline(env: Environment, path: Path, seconds: float, pace: CanaryPace) -> Sampled:
+async def _sample_baseline(
+    env: Environment, path: Path, seconds: float, pace: CanaryPace, named: frozenset[str]
+) -> Sampled:
     logger.info("sampling the steady state for %g s before the method into %s", seconds, path)
     with TimelineWriter(path) as writer:
         timeline = Timeline(writer)
         started = time.time()
         timeline.mark(Mark.BASELINE_START, started)
-        ticks = await _sample(env, timeline, pace, lambda: time.time() - started >= seconds)
+        ticks = await _sample(env, timeline, pace, lambda: time.time() - started >= seconds, named)
         timeline.mark(Mark.INJECTED, time.time())
     return Sampled(Phase.BASELINE.value, ticks, time.time() - started)
 
@@ -174,7 +176,9 @@ async def _sample_recovery(env: Environment, path: Path, spec: SloSpec, pace: Ca
         started = time.time()
         timeline.mark(Mark.REVERTED, started)
         deadline = time.monotonic() + budget
-        ticks = await _sample(env, timeline, pace, lambda: done() or time.monotonic() >= deadline)
+        ticks = await _sample(
+            env, timeline, pace, lambda: done() or time.monotonic() >= deadline, slo_replicas(spec.slos)
+        )
         timeline.mark(Mark.END, time.time())
     final = result[0] if result[0] is not None else recover(timeline, spec)
     return Sampled(
@@ -264,14 +268,23 @@ async def _sample_during(
     with TimelineWriter(path) as writer:
         timeline = recorded
         timeline.attach(writer)
+        # No SLOs are given here: a fleet read in focus reads its outliers alone while the fault
+        # acts (no experiment judges a named vLLM replica during one; their canaries are named).
         ticks = await _sample(env, timeline, pace, enough)
     return Sampled(Phase.DURING.value, ticks, time.time() - started, reason=why[0])
 
 
-async def _sample(env: Environment, timeline: Timeline, pace: CanaryPace, enough: Callable[[], bool]) -> int:
-    """Sample every probe of ``env`` (the canary's traffic, at ``pace``, included) until ``enough()``."""
+async def _sample(
+    env: Environment,
+    timeline: Timeline,
+    pace: CanaryPace,
+    enough: Callable[[], bool],
+    named: frozenset[str] = frozenset(),
+) -> int:
+    """Sample every probe of ``env`` (the canary's traffic, at ``pace``, included) until ``enough()``;
+    ``named``: the replicas the SLOs judged on this timeline name (see :func:`build_probes`)."""
     env.connect_ray()
-    probes, canary = build_probes(env, pace)
+    probes, canary = build_probes(env, pace, named)
     # Ray's state API is the slowest reader; it may use the whole interval, as in the runner.
     sampler = Sampler(
         probes, timeline, INTERVAL_S, timeouts={p.name: INTERVAL_S for p in probes if p.name == "ray"}

@@ -400,8 +400,8 @@ def load_probe_factory(
     """
     settings = replace(options or LoadOptions(), profile=profile)
 
-    def factory(env: Environment, pace: CanaryPace) -> tuple[list[Probe], Canary]:
-        probes, canary = base(env, pace)
+    def factory(env: Environment, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], Canary]:
+        probes, canary = base(env, pace, named)
         host, model = _front_door(env, canary)
         folder = csv_dir or _default_csv_dir()
         load = LocustLoad(host, folder / "locust", replace(settings, model=settings.model or model))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import EnvironmentNotUp
@@ -17,26 +17,40 @@ from inferchaos.steady_state.network import NetworkProbe, NodeLink
 from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeSelector
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
+    EVERY_REPLICA_UP_TO,
+    OUTLIERS,
+    Focus,
+    PrometheusVllmOutliersProbe,
     PrometheusVllmProbe,
     PrometheusVllmSource,
     PromVllmSelector,
 )
 from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.serve import ServeProbe
+from inferchaos.steady_state.slo import Slo
 from inferchaos.steady_state.vllm import VllmProbe
 
-# (env, canary pace) -> (every probe to sample, the canary among them, which must be started)
-ProbeFactory = Callable[[Environment, CanaryPace], tuple[list[Probe], Canary]]
+# (env, canary pace, the replicas the SLOs name) -> (every probe to sample, the canary among
+# them, which must be started)
+ProbeFactory = Callable[[Environment, CanaryPace, frozenset[str]], tuple[list[Probe], Canary]]
 
 
 DEFAULT_PACE = CanaryPace()
 
 
-def build_probes(env: Environment, pace: CanaryPace = DEFAULT_PACE) -> tuple[list[Probe], CanaryProbe]:
-    """Every probe for ``env``: one per vLLM replica, the canary, Ray and Serve, the device if known,
-    Kubernetes if any."""
+def slo_replicas(slos: Sequence[Slo]) -> frozenset[str]:
+    """The replicas ``slos`` select by name (``labels: {replica: ...}``): a fleet too large to
+    read every replica of each tick still reads these (see :func:`vllm_probes`)."""
+    return frozenset(slo.labels["replica"] for slo in slos if "replica" in slo.labels)
+
+
+def build_probes(
+    env: Environment, pace: CanaryPace = DEFAULT_PACE, named: frozenset[str] = frozenset()
+) -> tuple[list[Probe], CanaryProbe]:
+    """Every probe for ``env``: the vLLM replicas' (``named`` the replicas the SLOs name), the
+    canary, Ray and Serve, the device if known, Kubernetes if any."""
     status = env.status()
-    probes: list[Probe] = vllm_probes(status, replica_locator(env))
+    probes: list[Probe] = vllm_probes(status, replica_locator(env), named)
     canary = CanaryProbe(
         CanaryConfig(
             base_url=status.front_door.url,
@@ -102,9 +116,16 @@ def replica_locator(env: Environment) -> Locator | None:
     return locator
 
 
-def vllm_probes(status: EnvStatus, locator: Locator | None = None) -> list[Probe]:
+def vllm_probes(
+    status: EnvStatus, locator: Locator | None = None, named: frozenset[str] = frozenset()
+) -> list[Probe]:
     """One probe per replica: through the environment's Prometheus where it has one, else its /metrics
-    (followed to wherever ``locator`` says the replica runs now)."""
+    (followed to wherever ``locator`` says the replica runs now).
+
+    Through Prometheus, a fleet of more than :data:`EVERY_REPLICA_UP_TO` replicas is read in
+    focus (:class:`Focus`): a probe for each replica of ``named``, and one for the others'
+    extremes (``vllm@outliers``), so that a tick costs the same at any fleet size.
+    """
     replicas = sorted(status.vllm.replicas, key=lambda r: r.name)
     prometheus = status.prometheus
     if prometheus is None:
@@ -123,8 +144,16 @@ def vllm_probes(status: EnvStatus, locator: Locator | None = None) -> list[Probe
         health_matchers=prometheus.health_matchers,
         window_s=prometheus.rate_window_s,
     )
-    source = PrometheusVllmSource(prometheus.url, selector)
-    return [PrometheusVllmProbe(r.name, source) for r in replicas]
+    if len(replicas) <= EVERY_REPLICA_UP_TO:
+        source = PrometheusVllmSource(prometheus.url, selector)
+        return [PrometheusVllmProbe(r.name, source) for r in replicas]
+    # A name no replica has is no replica's: a fleet read in full would not read it either.
+    read_each = named & {r.name for r in replicas}
+    focused = PrometheusVllmSource(prometheus.url, selector, focus=Focus(read_each, OUTLIERS))
+    return [
+        *(PrometheusVllmProbe(name, focused) for name in sorted(read_each)),
+        PrometheusVllmOutliersProbe(focused, read_each),
+    ]
 
 
 async def close_probes(probes: list[Probe]) -> None:

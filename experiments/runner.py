@@ -23,7 +23,7 @@ from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError, U
 from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import Act, FaultActs, build_journal
-from inferchaos.experiments.probes import ProbeFactory, build_probes, close_probes
+from inferchaos.experiments.probes import ProbeFactory, build_probes, close_probes, slo_replicas
 from inferchaos.experiments.redact import redact, secret_values
 from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.experiments.verdict import NO_EFFECT, FaultOutcome, Status, Timing, Verdict
@@ -316,7 +316,8 @@ class Runner:
         spec = self.spec
         self.env.connect_ray()
         pace = CanaryPace(self.options.canary_rate_per_s, spec.canary_timeout_s, spec.canary_max_in_flight)
-        probes, canary = self._probe_factory(self.env, pace)
+        named = slo_replicas((*spec.slos.slos, *spec.stop_conditions))
+        probes, canary = self._probe_factory(self.env, pace, named)
         sampler = Sampler(probes, timeline, self.options.interval_s, on_tick=self._on_tick(timeline),
                           timeouts=self._timeouts(probes))  # fmt: skip
         await canary.start(phase_between_ticks(self.options.canary_rate_per_s, self.options.interval_s))

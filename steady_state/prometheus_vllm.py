@@ -37,12 +37,20 @@ from inferchaos.primitives.vllm_promql import (
     SERIES,
     SERIES_PROBES,
     UP,
+    Focus,
     PromVllmSelector,
     RecordingRule,
+    merge_parts,
 )
 from inferchaos.steady_state.base import Sample
 
 logger = logging.getLogger(__name__)
+
+# A fleet of up to this many replicas is read whole at each tick (a tick took 15 ms through
+# Prometheus at 50 replicas, and every replica has a line in the plots); a larger one in focus,
+# its SLOs' replicas and the others' OUTLIERS highest and lowest (bench/probe_scale.py).
+EVERY_REPLICA_UP_TO = 50
+OUTLIERS = 3
 
 
 @dataclass
@@ -68,8 +76,11 @@ def _kv_capacity(labels: Mapping[str, str]) -> float | None:
 def readings_of(results: Mapping[str, list[PromSeries]], replica_label: str) -> dict[str, ReplicaReading]:
     """Per replica, the samples of one tick's query results (see :meth:`PromVllmSelector.queries`).
 
-    A replica is one Prometheus has an ``up`` for. Quantiles without observations in the
-    window (NaN) are left out, as direct scraping leaves them out: a made-up 0 reads as fast.
+    A replica is one Prometheus has an ``up`` or a sample for: a focused tick (see
+    :class:`Focus`) asks ``up`` of the replicas down alone, and a series Prometheus answers is
+    one its last scrape found (a failed scrape marks the target's series stale at once).
+    Quantiles without observations in the window (NaN) are left out, as direct scraping leaves
+    them out: a made-up 0 reads as fast.
     """
     readings: dict[str, ReplicaReading] = {}
     for s in results.get(UP, []):
@@ -78,8 +89,12 @@ def readings_of(results: Mapping[str, list[PromSeries]], replica_label: str) -> 
             readings[name] = ReplicaReading(scraped=s.value == 1.0, labels={"replica": name})
 
     def add(name: str | None, probe: str, value: float) -> None:
-        reading = readings.get(name or "")
-        if name and reading is not None and reading.scraped:
+        if not name:
+            return
+        reading = readings.get(name)
+        if reading is None:
+            reading = readings[name] = ReplicaReading(scraped=True, labels={"replica": name})
+        if reading.scraped:
             reading.samples.append(Sample(probe, value, reading.labels))
 
     for s in results.get(SERIES, []):
@@ -126,7 +141,8 @@ class PrometheusVllmSource:
     costs one round, not one per replica. A selector whose ``recorded`` is None reads the
     recorded series where Prometheus evaluates every rule of
     :meth:`PromVllmSelector.recording_rules` (by name), else computes them; decided once, at
-    the first round Prometheus answers.
+    the first round Prometheus answers. With ``focus``, a round reads the replicas it names and
+    the others' extremes (:class:`Focus`), not every replica.
     """
 
     def __init__(
@@ -134,6 +150,7 @@ class PrometheusVllmSource:
         url: str,
         selector: PromVllmSelector,
         *,
+        focus: Focus | None = None,
         timeout_s: float = 2.0,
         max_age_s: float = 0.5,
         client: httpx.AsyncClient | None = None,
@@ -141,9 +158,10 @@ class PrometheusVllmSource:
     ) -> None:
         self.url = url
         self.selector = selector
+        self.focus = focus
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
-        self._queries = selector.queries() if selector.recorded is not None else None
+        self._queries = selector.queries(focus) if selector.recorded is not None else None
         self._rules = selector.recording_rules()
         self._client = client
         self._owns_client = client is None
@@ -174,7 +192,7 @@ class PrometheusVllmSource:
         """The queries of this round: the selector's, or those Prometheus' rules allow."""
         if self._queries is not None:
             return self._queries
-        computed = replace(self.selector, recorded=False).queries()
+        computed = replace(self.selector, recorded=False).queries(self.focus)
         try:
             loaded = await recording_rule_names(self._http(), self.url, self.timeout_s)
         except ProbeError as e:
@@ -190,7 +208,7 @@ class PrometheusVllmSource:
             self._queries = computed
         else:
             logger.info("%s records the vLLM quantiles (%s): reading them", self.url, self._rules[0].record)
-            self._queries = replace(self.selector, recorded=True).queries()
+            self._queries = replace(self.selector, recorded=True).queries(self.focus)
         return self._queries
 
     async def _query_round(self) -> dict[str, ReplicaReading] | ProbeError:
@@ -204,7 +222,7 @@ class PrometheusVllmSource:
         except ProbeError as e:
             logger.info("a round of vLLM queries to %s failed: %s", self.url, e)
             return e
-        results = dict(zip(keys, answers, strict=True))
+        results = merge_parts(dict(zip(keys, answers, strict=True)))
         results |= by_rule(results.pop(RECORDED, []), self._rules)
         return readings_of(results, self.selector.replica_label)
 
@@ -246,4 +264,41 @@ class PrometheusVllmProbe:
 
     async def aclose(self) -> None:
         """Release the shared source's connections (the sampler closes every probe once)."""
+        await self.source.aclose()
+
+
+class PrometheusVllmOutliersProbe:
+    """The replicas a focused tick did not name, as far as it read them: their extremes.
+
+    Each replica's samples carry its own ``replica`` label, as a replica's probe writes them. A
+    replica whose last scrape failed reads ``vllm.healthy`` 0, as the error row of a replica's
+    own probe does (steady_state/evaluation.py counts a failed read of it as 0).
+    """
+
+    layer = Layer.VLLM
+    name = "vllm@outliers"
+
+    def __init__(self, source: PrometheusVllmSource, named: frozenset[str]) -> None:
+        self.source = source
+        self.named = named
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """No replica's: its samples each carry their own."""
+        return {}
+
+    async def read(self) -> list[Sample]:
+        """The samples of every replica read this tick but not named; ProbeError when Prometheus could not answer."""
+        samples: list[Sample] = []
+        for replica, reading in (await self.source.readings()).items():
+            if replica in self.named:
+                continue
+            if reading.scraped:
+                samples += reading.samples
+            else:
+                samples.append(Sample("vllm.healthy", 0.0, reading.labels))
+        return samples
+
+    async def aclose(self) -> None:
+        """Release the shared source's connections."""
         await self.source.aclose()

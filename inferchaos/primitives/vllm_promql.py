@@ -13,13 +13,14 @@ Prometheus (environments/local/prometheus_server.py) loads them, and a cluster's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from inferchaos.primitives.prometheus_api import promql_duration
+from inferchaos.primitives.prometheus_api import PromSeries, promql_duration
 from inferchaos.primitives.vllm_metrics import (
     CACHE_CONFIG,
     GENERATION_TOKENS,
@@ -52,6 +53,15 @@ CACHE_INFO, PREEMPTION_RATE = "cache_info", "preemption_rate"
 # Every recorded series, in one query: their names tell them apart.
 RECORDED = "recorded"
 RULE_GROUP = "inferchaos_vllm"
+# A focused tick's query keys: ``<key>@top``, ``<key>@bottom`` and ``<key>@named`` (see Focus).
+PART = "@"
+TOP, BOTTOM, NAMED = "top", "bottom", "named"
+# Queries with several metric names in one answer: their extremes are taken per name.
+_BY_NAME: frozenset[str] = frozenset({SERIES, KV_SERIES, RECORDED})
+# What a focused tick asks of the replicas it does not name, per query: ``up`` is 1 or 0, so
+# only its lowest say anything (the replicas down); the cache config's value is always 1 (its
+# capacity is in labels, which no PromQL orders by), so it is read of the named replicas alone.
+_EXTREMES: Mapping[str, tuple[str, ...]] = {UP: (BOTTOM,), HEALTH: (BOTTOM,), CACHE_INFO: ()}
 # What a scrape of a replica keeps: the series read as they are, the cache config, and the
 # buckets the quantiles are computed from. vLLM publishes some 600 series per replica.
 KEPT_METRICS: tuple[str, ...] = (
@@ -82,6 +92,26 @@ def _quantile_operation(q: float) -> str:
 
 
 @dataclass(frozen=True)
+class Focus:
+    """Which replicas a tick reads at a fleet's scale: each of ``named`` (the replicas an
+    experiment's SLOs name), and of every other replica only the ``outliers`` highest and lowest
+    of each reading (``topk`` and ``bottomk``, per metric name), and those whose scrape failed.
+
+    A tick then answers at most ``2 * outliers + len(named)`` replicas per reading, whatever the
+    fleet's size, and an SLO's ``max`` or ``min`` over every replica is still exact: the extremes
+    of each tick are read. A fleet-wide ``mean``, quantile or ``count`` is not (it needs every
+    replica: steady_state/prometheus_vllm.py reads every replica below a fleet size).
+    """
+
+    named: frozenset[str] = frozenset()
+    outliers: int = 3
+
+    def __post_init__(self) -> None:
+        if self.outliers < 1:
+            raise ValueError(f"a focus reads at least 1 outlier at each end, got {self.outliers}")
+
+
+@dataclass(frozen=True)
 class PromVllmSelector:
     """Which series are the replicas', and the label that names a replica on them.
 
@@ -106,10 +136,10 @@ class PromVllmSelector:
         inner = ",".join(m for m in (self.matchers, *extra) if m)
         return f"{metric}{{{inner}}}" if inner else metric
 
-    def _named(self, names: tuple[str, ...]) -> str:
+    def _named(self, names: tuple[str, ...], *extra: str) -> str:
         """The replicas' series of any of the vLLM metrics ``names``."""
         alternatives = "|".join(name.removeprefix("vllm:") for name in names)
-        return self.selector("", f'__name__=~"vllm:({alternatives})"')
+        return self.selector("", f'__name__=~"vllm:({alternatives})"', *extra)
 
     def recording_rules(self) -> list[RecordingRule]:
         """The rules that precompute, per replica, what a tick would otherwise compute.
@@ -118,18 +148,22 @@ class PromVllmSelector:
         replica label, the metric (a counter's ``_total`` dropped under ``rate``), and the
         operations newest first, e.g. ``replica:vllm_time_to_first_token_seconds:p95_rate5s``.
         """
+        return self._rules(())
+
+    def _rules(self, extra: tuple[str, ...]) -> list[RecordingRule]:
+        """:meth:`recording_rules`, their expressions over the replicas ``extra`` matchers select."""
         by, window = self.replica_label, promql_duration(self.window_s)
         preemptions = _metric_part(PREEMPTIONS.removesuffix("_total"))
         rules = [
             RecordingRule(
                 PREEMPTION_RATE,
                 f"{by}:{preemptions}:rate{window}",
-                f"sum by ({by}) (rate({self.selector(PREEMPTIONS)}[{window}]))",
+                f"sum by ({by}) (rate({self.selector(PREEMPTIONS, *extra)}[{window}]))",
             )
         ]
         for probe, attribute, q in WINDOW_QUANTILES:
             histogram = HISTOGRAMS[attribute]
-            buckets = self.selector(f"{histogram}_bucket")
+            buckets = self.selector(f"{histogram}_bucket", *extra)
             rules.append(
                 RecordingRule(
                     probe,
@@ -139,9 +173,32 @@ class PromVllmSelector:
             )
         return rules
 
-    def queries(self) -> dict[str, str]:
+    def queries(self, focus: Focus | None = None) -> dict[str, str]:
         """Every query of one tick, by key (a quantile's key is its probe name; the recorded
-        series come in one query, :data:`RECORDED`)."""
+        series come in one query, :data:`RECORDED`). With ``focus``, each per-replica query is
+        split into its parts (``<key>@top``, ``@bottom``, ``@named``; :func:`merge_parts` joins
+        their answers): separate queries, since ``or`` matches label sets without the metric
+        name and would drop one name's extremes where another name's hold the same replica."""
+        every = self._per_replica_queries(())
+        if focus is None:
+            return every
+        named = self._per_replica_queries(self._only(focus.named)) if focus.named else {}
+        queries: dict[str, str] = {}
+        for key, query in every.items():
+            by = " by (__name__)" if key in _BY_NAME else ""
+            for end in _EXTREMES.get(key, (TOP, BOTTOM)):
+                queries[f"{key}{PART}{end}"] = f"{end}k{by} ({focus.outliers}, {query})"
+            if key in named:
+                queries[f"{key}{PART}{NAMED}"] = named[key]
+        return queries
+
+    def _only(self, replicas: frozenset[str]) -> tuple[str]:
+        """The matcher of ``replicas`` alone (names quoted for a regex, as Prometheus anchors it)."""
+        names = "|".join(sorted(re.escape(r).replace("\\", "\\\\") for r in replicas))
+        return (f'{self.replica_label}=~"{names}"',)
+
+    def _per_replica_queries(self, extra: tuple[str, ...]) -> dict[str, str]:
+        """:meth:`queries` of every replica, or of those ``extra`` matchers select."""
         by = self.replica_label
         queries = {
             # Per replica as direct scraping reads its /metrics (primitives/vllm_metrics.py):
@@ -150,23 +207,24 @@ class PromVllmSelector:
             # the KV series of every replica the summed side has. Grouping by the name and the
             # replica alone also leaves out every other label (engine, instance, job,
             # model_name): at 1,000 replicas the answer shrank from 1,140 to 650 kB.
-            SERIES: f"sum by (__name__, {by}) ({self._named(_SUMMED)})",
-            KV_SERIES: f"max by (__name__, {by}) ({self._named(_FULLEST)})",
+            SERIES: f"sum by (__name__, {by}) ({self._named(_SUMMED, *extra)})",
+            KV_SERIES: f"max by (__name__, {by}) ({self._named(_FULLEST, *extra)})",
             # A replica that may run at several addresses (the local environment's namespaces)
             # has a target at each; it is up where any of them is.
-            UP: f"max by ({by}) ({self.selector('up')})",
+            UP: f"max by ({by}) ({self.selector('up', *extra)})",
             # Only the two labels the capacity is made of: the info series carries some twenty
             # more, which were most of a tick's answer (250 kB at 200 replicas).
-            CACHE_INFO: f"max by ({by}, num_gpu_blocks, block_size) ({self.selector(CACHE_CONFIG)})",
+            CACHE_INFO: f"max by ({by}, num_gpu_blocks, block_size) ({self.selector(CACHE_CONFIG, *extra)})",
         }
         if self.health_matchers is not None:
-            health = f"up{{{self.health_matchers}}}" if self.health_matchers else "up"
-            queries[HEALTH] = f"max by ({by}) ({health})"
+            health = ",".join(m for m in (self.health_matchers, *extra) if m)
+            queries[HEALTH] = f"max by ({by}) (up{{{health}}})" if health else f"max by ({by}) (up)"
         rules = self.recording_rules()
         if self.recorded:
-            queries[RECORDED] = '{__name__=~"' + "|".join(r.record for r in rules) + '"}'
+            recorded = ",".join(('__name__=~"' + "|".join(r.record for r in rules) + '"', *extra))
+            queries[RECORDED] = "{" + recorded + "}"
         else:
-            queries |= {r.key: r.expr for r in rules}
+            queries |= {r.key: r.expr for r in self._rules(extra)}
         return queries
 
     def rules_document(self) -> dict[str, Any]:
@@ -185,3 +243,19 @@ def keep_relabel_config() -> dict[str, Any]:
     Prometheus anchors the regex; ``up`` and the ``scrape_*`` series are not scraped samples and stay.
     """
     return {"source_labels": ["__name__"], "regex": "|".join(KEPT_METRICS), "action": "keep"}
+
+
+def merge_parts(results: Mapping[str, list[PromSeries]]) -> dict[str, list[PromSeries]]:
+    """The answers of a focused tick's parts (``<key>@<part>``), joined per key; a series two
+    parts answered (a named replica that is also an outlier) once. Unsplit keys pass as they are."""
+    merged: dict[str, list[PromSeries]] = {}
+    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    for part, series in results.items():
+        key = part.split(PART, 1)[0]
+        into = merged.setdefault(key, [])
+        for s in series:
+            identity = (key, frozenset(s.labels.items()))
+            if identity not in seen:
+                seen.add(identity)
+                into.append(s)
+    return merged

@@ -198,14 +198,16 @@ class FakeCanary(FakeProbe):
 
 @dataclass
 class FakeProbeFactory:
-    """``probe_factory(env, canary_pace) -> (probes, canary)`` over one world."""
+    """``probe_factory(env, canary_pace, named_replicas) -> (probes, canary)`` over one world."""
 
     world: World
     built: list[FakeProbe] = field(default_factory=list)
     paces: list[CanaryPace] = field(default_factory=list)
+    named: list[frozenset[str]] = field(default_factory=list)
 
-    def __call__(self, env: Any, pace: CanaryPace) -> tuple[list[Probe], FakeCanary]:
+    def __call__(self, env: Any, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], FakeCanary]:
         self.paces.append(pace)
+        self.named.append(named)
         canary = FakeCanary(self.world)
         vllm = FakeProbe("vllm@replica-0", Layer.VLLM, self.world,
                          ("vllm.kv_cache_usage", "vllm.num_requests_waiting"), {"replica": "replica-0"})  # fmt: skip

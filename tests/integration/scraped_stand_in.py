@@ -28,6 +28,7 @@ from inferchaos.environments.local.prometheus_server import (
 )
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import free_port, spawn_server
+from inferchaos.primitives.vllm_metrics import HISTOGRAMS
 
 # The contract tests against a real Prometheus skip, saying why, where the distribution's is missing.
 needs_prometheus = pytest.mark.skipif(
@@ -62,6 +63,34 @@ class Exposition(BaseHTTPRequestHandler):
 
 ThreadingHTTPServer(("127.0.0.1", int(port)), Exposition).serve_forever()
 """
+
+
+# The families the vLLM series probes read, as vLLM's V1 engine writes them: one series per engine.
+VLLM_FAMILIES = {
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:num_preemptions_total": "counter",
+    "vllm:prompt_tokens_total": "counter",
+    "vllm:generation_tokens_total": "counter",
+}
+
+
+def vllm_page(engines: Mapping[str, tuple[float, ...]]) -> str:
+    """A replica's ``/metrics``: per engine, the values of :data:`VLLM_FAMILIES` in their order,
+    and the latency histograms direct scraping requires of a vLLM v1 replica (one bucket)."""
+    lines = []
+    for column, (family, kind) in enumerate(VLLM_FAMILIES.items()):
+        lines += [f"# HELP {family} {family}.", f"# TYPE {family} {kind}"]
+        for engine, values in engines.items():
+            labels = f'engine="{engine}",model_name="tiny-llama"'
+            lines.append(f"{family}{{{labels}}} {float(values[column])}")
+    for histogram in HISTOGRAMS.values():
+        lines += [f"# HELP {histogram} {histogram}.", f"# TYPE {histogram} histogram"]
+        for engine in engines:
+            for le in ("1.0", "+Inf"):
+                lines.append(f'{histogram}_bucket{{engine="{engine}",le="{le}"}} 2.0')
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from scraped_stand_in import Job, Scraping, needs_prometheus, prometheus_scraping, query
+from scraped_stand_in import Job, Scraping, needs_prometheus, prometheus_scraping, query, vllm_page
 
 from inferchaos.faults.base import wait_until
-from inferchaos.primitives.vllm_metrics import HISTOGRAMS, RUNNING
+from inferchaos.primitives.vllm_metrics import RUNNING
 from inferchaos.primitives.vllm_promql import SERIES_PROBES
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
@@ -31,15 +31,6 @@ from inferchaos.steady_state.vllm import VllmProbe
 pytestmark = [pytest.mark.integration, needs_prometheus]
 
 MATCHERS = 'job=~"vllm-.+"'
-# The families the series probes read, as vLLM's V1 engine writes them: one series per engine.
-FAMILIES = {
-    "vllm:num_requests_running": "gauge",
-    "vllm:num_requests_waiting": "gauge",
-    "vllm:kv_cache_usage_perc": "gauge",
-    "vllm:num_preemptions_total": "counter",
-    "vllm:prompt_tokens_total": "counter",
-    "vllm:generation_tokens_total": "counter",
-}
 # Per replica, per engine: running, waiting, KV usage, preemptions, prompt and generation tokens.
 ENGINES = {
     "replica-0": {"0": (3, 5, 1.0, 7, 9000, 1200), "1": (2, 0, 0.25, 1, 4000, 800)},
@@ -47,26 +38,10 @@ ENGINES = {
 }
 
 
-def _exposition(replica: str) -> str:
-    lines = []
-    for column, (family, kind) in enumerate(FAMILIES.items()):
-        lines += [f"# HELP {family} {family}.", f"# TYPE {family} {kind}"]
-        for engine, values in ENGINES[replica].items():
-            labels = f'engine="{engine}",model_name="tiny-llama"'
-            lines.append(f"{family}{{{labels}}} {float(values[column])}")
-    # The latency histograms direct scraping requires of a vLLM v1 replica (not compared here).
-    for histogram in HISTOGRAMS.values():
-        lines += [f"# HELP {histogram} {histogram}.", f"# TYPE {histogram} histogram"]
-        for engine in ENGINES[replica]:
-            for le in ("1.0", "+Inf"):
-                lines.append(f'{histogram}_bucket{{engine="{engine}",le="{le}"}} 2.0')
-    return "\n".join(lines) + "\n"
-
-
 @pytest.fixture(scope="module")
 def scraping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraping]:
     """A real Prometheus scraping both replicas' pages each second."""
-    pages = {f"/{replica}/metrics": _exposition(replica) for replica in ENGINES} | {"/health": ""}
+    pages = {f"/{replica}/metrics": vllm_page(ENGINES[replica]) for replica in ENGINES} | {"/health": ""}
     # Each target names its replica, as the local environment's file_sd targets and a Pod's do.
     jobs = {f"vllm-{replica}": Job(f"/{replica}/metrics", labels={"replica": replica}) for replica in ENGINES}
     with prometheus_scraping(tmp_path_factory.mktemp("engines"), pages, jobs) as scraping:

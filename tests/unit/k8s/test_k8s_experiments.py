@@ -19,6 +19,7 @@ from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.spec import load_and_validate
 from inferchaos.faults.ledger import Ledger
 from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.canary import CanaryPace
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
 from tests.fakes.runner import FakeProbeFactory, World
@@ -45,8 +46,8 @@ def test_experiment_passes_names_k8s_and_restores_the_cluster(
     spec = replace(spec, baseline_s=1.5, fault=replace(spec.fault, duration_s=4.0))
     fakes = FakeProbeFactory(World())
 
-    def probes(environment: Any, rate: float) -> tuple[list[Probe], Any]:
-        built, canary = fakes(environment, rate)
+    def probes(environment: Any, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], Any]:
+        built, canary = fakes(environment, pace, named)
         return [*built, k8s_probe_of(environment)], canary
 
     verdict = (

@@ -21,6 +21,7 @@ from inferchaos.experiments.probes import k8s_probe_of
 from inferchaos.experiments.suites import SUITES
 from inferchaos.faults.ledger import Ledger
 from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.canary import CanaryPace
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import CONTROL_PLANE
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
@@ -44,8 +45,8 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI builds the real driver with Ray and vLLM faked, and the runner's fake probes plus the k8s probe."""
     fakes = FakeProbeFactory(World())
 
-    def probes(environment: Any, rate: float = 2.0) -> tuple[list[Probe], Any]:
-        built, canary = fakes(environment, rate)
+    def probes(environment: Any, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], Any]:
+        built, canary = fakes(environment, pace, named)
         return [*built, k8s_probe_of(environment)], canary
 
     monkeypatch.setattr("inferchaos.experiments.cli.K8sEnvironment", ClusterWithFakeRay)

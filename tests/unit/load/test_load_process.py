@@ -171,11 +171,11 @@ async def test_runner_factory_samples_load_between_canary_start_and_stop(
 ) -> None:
     fake_canary = FakeCanary(server.url)
 
-    def base(env: Any, pace: CanaryPace) -> tuple[list[Probe], Any]:
+    def base(env: Any, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], Any]:
         return [fake_canary], fake_canary
 
     factory = load_probe_factory("steady", csv_dir=tmp_path / "load", options=LoadOptions(users=2), base=base)
-    probes, canary = factory(object(), 2.0)
+    probes, canary = factory(object(), CanaryPace(), frozenset())
     assert isinstance(canary, LoadedCanary)
     assert [p.name for p in probes] == ["canary", "load"]
     assert isinstance(probes[1], LoadProbe)
@@ -203,9 +203,9 @@ async def test_canary_is_not_started_when_locust_cannot_start(tmp_path: Path) ->
     fake_canary = FakeCanary("http://127.0.0.1:9")
     options = LoadOptions(extra_args=("--load-profile", "surge"))
     factory = load_probe_factory(
-        "steady", tmp_path, options, base=lambda env, pace: ([fake_canary], fake_canary)
+        "steady", tmp_path, options, base=lambda env, pace, named: ([fake_canary], fake_canary)
     )
-    _, canary = factory(object(), 2.0)
+    _, canary = factory(object(), CanaryPace(), frozenset())
     with pytest.raises(LoadError):
         await canary.start()
     assert (fake_canary.started, fake_canary.stopped) == (0, 0)

@@ -22,6 +22,7 @@ from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.verdict import Status, Verdict
 from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
 from tests.fakes.runner import FakeEnv, FakeFault, FakeProbeFactory, World, make_spec
@@ -60,8 +61,8 @@ def _run(server: FakeOpenAIServer, run_dir: Path, interrupt: bool = False) -> Lo
     factory = load_probe_factory("steady", csv_dir=run_dir / "load", options=LoadOptions(users=2),
                                  base=FakeProbeFactory(world))  # fmt: skip
 
-    def keep(env: Any, rate: float) -> tuple[list[Probe], Any]:
-        probes, canary = factory(env, rate)
+    def keep(env: Any, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], Any]:
+        probes, canary = factory(env, pace, named)
         built.append(canary)
         return probes, canary
 

@@ -3,7 +3,7 @@ well below it.
 
 A canary request slower than its timeout is a failure with no TTFT, so a latency threshold at
 or near the timeout can hardly be breached: the slow requests vanish from the very percentile
-that should catch them.
+that should catch them. The run hands the probe factory that pace, and the replicas its SLOs name.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.slo import Op
-from tests.fakes.runner import make_spec, run_fake_experiment
+from tests.fakes.runner import DEFAULT_SLOS, make_spec, run_fake_experiment
 
 REPO = Path(__file__).resolve().parents[3]
 # Controls run these same files against a broken platform.
@@ -49,3 +49,17 @@ def test_the_experiment_sets_the_canary_timeout_and_the_run_keeps_the_rate(
 def test_without_a_canary_block_the_timeout_is_ten_seconds_with_eight_in_flight() -> None:
     spec = load_and_validate(REPO / "experiments" / "engine_hang.yaml")
     assert (spec.canary_timeout_s, spec.canary_max_in_flight) == (10.0, 8)
+
+
+def test_the_run_reads_each_replica_its_slos_and_stop_conditions_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fleet too large to read whole still reads these each tick (experiments/probes.py).
+    monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
+    back = {"name": "replica_back", "probe": "vllm.healthy", "labels": {"replica": "replica-1"},
+            "agg": "min", "op": ">=", "threshold": 1, "phase": "recovery", "window_s": 0.5}  # fmt: skip
+    guard = {"name": "replica_2_serves", "probe": "canary.success", "labels": {"replica": "replica-2"},
+             "op": ">=", "threshold": 0.0, "agg": "mean", "window_s": 1}  # fmt: skip
+    spec = make_spec(tmp_path / "fake.yaml", slos=[*DEFAULT_SLOS, back], stop_conditions=[guard])
+    result = run_fake_experiment(spec, tmp_path / "run")
+    assert result.probes.named == [frozenset({"replica-1", "replica-2"})]

@@ -33,15 +33,17 @@ from inferchaos.primitives.env_status import (
 )
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries, vector_of
-from inferchaos.primitives.vllm_promql import RECORDED, RULE_GROUP
+from inferchaos.primitives.vllm_promql import RECORDED, RULE_GROUP, Focus, merge_parts
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
     CACHE_INFO,
+    EVERY_REPLICA_UP_TO,
     HEALTH,
     KV_SERIES,
     PREEMPTION_RATE,
     SERIES,
     UP,
+    PrometheusVllmOutliersProbe,
     PrometheusVllmProbe,
     PrometheusVllmSource,
     PromVllmSelector,
@@ -173,12 +175,15 @@ def test_each_replica_reads_the_samples_direct_scraping_gives() -> None:
     assert r1 == {"vllm.kv_cache_usage": 0.4, "vllm.generation_tokens_total": 1234.0, "vllm.healthy": 0.0}
 
 
-def test_a_replica_whose_scrape_failed_has_no_samples_and_one_prometheus_never_saw_is_absent() -> None:
+def test_a_replica_whose_scrape_failed_has_no_samples_and_one_answered_without_up_is_read() -> None:
     results = _results()
     results[UP] = [PromSeries({"replica": "replica-0"}, 0.0)]
     readings = readings_of(results, "replica")
     assert readings["replica-0"].scraped is False and readings["replica-0"].samples == []
-    assert "replica-1" not in readings, "series without an up are not a replica Prometheus scrapes"
+    # A focused tick asks `up` of the replicas down alone: a series answered is one Prometheus'
+    # last scrape found (a failed scrape marks the target's series stale at once).
+    assert readings["replica-1"].scraped is True
+    assert _values(readings["replica-1"].samples)["vllm.kv_cache_usage"] == 0.4
 
 
 def test_a_prometheus_that_does_not_answer_is_an_error_row_of_every_replica_not_a_silent_zero() -> None:
@@ -197,10 +202,16 @@ def test_a_prometheus_that_does_not_answer_is_an_error_row_of_every_replica_not_
     asyncio.run(read())
 
 
-def _status(prometheus: PrometheusStatus | None) -> EnvStatus:
+def _status(prometheus: PrometheusStatus | None, names: tuple[str, ...] = ("vllm-b", "vllm-a")) -> EnvStatus:
     replicas = [
-        ReplicaStatus(name, f"http://10.0.0.{i}:8000", f"http://10.0.0.{i}:8000/metrics", "n", True)
-        for i, name in enumerate(("vllm-b", "vllm-a"))
+        ReplicaStatus(
+            name,
+            f"http://10.0.{i // 250}.{i % 250}:8000",
+            f"http://10.0.{i // 250}.{i % 250}:8000/metrics",
+            "n",
+            True,
+        )
+        for i, name in enumerate(names)
     ]
     return EnvStatus(
         "cluster", True, RayStatus("r:6379", "http://d"), VllmStatus(replicas=replicas),
@@ -226,6 +237,62 @@ def test_an_environment_with_prometheus_reads_every_replica_through_one_source_w
         "histogram_quantile(0.95, sum by (pod, le) "
         '(rate(vllm:time_to_first_token_seconds_bucket{namespace="llm"}[60s])))'
     )
+
+
+def test_a_focused_tick_asks_each_readings_extremes_and_the_named_replicas_whatever_the_fleet() -> None:
+    focus = Focus(frozenset({"replica-7"}), outliers=3)
+    every = replace(LOCAL, recorded=True).queries()
+    focused = replace(LOCAL, recorded=True).queries(focus)
+    # Per metric name: `or` would match across names and drop one name's extremes.
+    assert focused["series@top"] == f"topk by (__name__) (3, {every[SERIES]})"
+    assert focused["series@bottom"] == f"bottomk by (__name__) (3, {every[SERIES]})"
+    assert focused["recorded@top"] == f"topk by (__name__) (3, {every[RECORDED]})"
+    # `up` is 1 or 0: only its lowest say anything, the replicas down.
+    assert focused["up@bottom"] == 'bottomk (3, max by (replica) (up{job="vllm"}))'
+    assert "up@top" not in focused and "health@top" not in focused
+    # The named replica's own queries are every replica's, narrowed to it.
+    assert focused["series@named"] == every[SERIES].replace('"})', '",replica=~"replica\\\\-7"})')
+    assert focused["health@named"] == 'max by (replica) (up{job="vllm_health",replica=~"replica\\\\-7"})'
+    assert focused["recorded@named"].endswith(',replica=~"replica\\\\-7"}')
+    # The capacity is in the info series' labels, which nothing orders by: the named replicas' only.
+    assert [k for k in focused if k.startswith(CACHE_INFO)] == ["cache_info@named"]
+    computed = LOCAL.queries(Focus(outliers=2))
+    assert computed["vllm.ttft_p95_s@top"] == f"topk (2, {LOCAL.queries()['vllm.ttft_p95_s']})"
+    assert not any(k.endswith("@named") for k in computed), "no replica named, none asked by name"
+    with pytest.raises(ValueError, match="at least 1 outlier"):
+        Focus(outliers=0)
+
+
+def test_the_parts_of_a_focused_tick_join_per_query_a_series_answered_twice_once() -> None:
+    r7 = {"__name__": "vllm:num_requests_waiting", "replica": "replica-7"}
+    r2 = {"__name__": "vllm:num_requests_waiting", "replica": "replica-2"}
+    merged = merge_parts(
+        {
+            "series@top": [PromSeries(r7, 9.0), PromSeries(r2, 4.0)],
+            "series@named": [PromSeries(r7, 9.0)],
+            "up@bottom": [PromSeries({"replica": "replica-7"}, 1.0)],
+            UP: [PromSeries({"replica": "replica-0"}, 1.0)],
+        }
+    )
+    assert merged[SERIES] == [PromSeries(r7, 9.0), PromSeries(r2, 4.0)]
+    assert merged[UP] == [
+        PromSeries({"replica": "replica-7"}, 1.0),
+        PromSeries({"replica": "replica-0"}, 1.0),
+    ]
+
+
+def test_a_fleet_larger_than_the_whole_read_is_read_in_focus_named_replicas_each() -> None:
+    settings = PrometheusStatus(url="http://prom:9090", replica_label="pod")
+    small = tuple(f"vllm-{n}" for n in range(EVERY_REPLICA_UP_TO))
+    assert [type(p) for p in vllm_probes(_status(settings, small))] == [PrometheusVllmProbe] * len(small)
+    large = tuple(f"vllm-{n}" for n in range(EVERY_REPLICA_UP_TO + 1))
+    probes = vllm_probes(_status(settings, large), named=frozenset({"vllm-3", "vllm-12", "gone"}))
+    assert [p.name for p in probes] == ["vllm@vllm-12", "vllm@vllm-3", "vllm@outliers"]
+    outliers = probes[-1]
+    assert isinstance(outliers, PrometheusVllmOutliersProbe)
+    assert outliers.named == frozenset({"vllm-3", "vllm-12"}), "a name no replica has is no replica's"
+    assert outliers.source.focus is not None and outliers.source.focus.named == outliers.named
+    assert all(isinstance(p, PrometheusVllmProbe) and p.source is outliers.source for p in probes[:-1])
 
 
 def test_every_reading_a_tick_computes_has_a_rule_named_level_metric_operations() -> None:
