@@ -13,7 +13,8 @@ replica's vLLM probe (what the sampler does once per interval):
   rules is asked; the curve the rules replace;
 - focused: through the same Prometheus, the tick of a fleet read in focus (``Focus``: what the
   runs do above ``EVERY_REPLICA_UP_TO`` replicas): two replicas named by SLOs read each, and of
-  every other replica the ``OUTLIERS`` highest and lowest of each reading (``topk``/``bottomk``).
+  every other replica the ``OUTLIERS`` highest and lowest of each reading, as the outlier rules
+  (``topk``/``bottomk``, evaluated by Prometheus once per interval) keep them.
 
 The replicas are stand-ins: one threaded HTTP server publishing a recorded vLLM ``/metrics``
 (tests/fixtures/metrics/vllm_flooded.txt, about 600 series) on ``/r/<n>/metrics`` and an empty
@@ -166,13 +167,15 @@ def _count(url: str, query: str) -> int:
 def _wait_scraped(url: str, count: int, budget_s: float, selector: PromVllmSelector) -> None:
     """Wait until every stand-in was scraped and recorded, saying how far it is every 10 s."""
     scraped = f'count(up{{job="{VLLM_JOB}"}} == 1)'
-    # The group's last rule: a replica it recorded, every rule before it recorded too.
+    # The last quantile rule: a replica it recorded, every quantile rule recorded too.
     recorded = f"count({selector.recording_rules()[-1].record})"
+    # The group's last rule, which ranks that one's series: the focused tick reads it.
+    ranked = f"count({selector.outlier_rules()[-1].record})"
     deadline = time.monotonic() + budget_s
     said = 0.0
     while True:
         up, done = _count(url, scraped), _count(url, recorded)
-        if up >= count and done >= count:
+        if up >= count and done >= count and _count(url, ranked) >= min(count, OUTLIERS):
             return
         if time.monotonic() > deadline:
             raise SystemExit(
@@ -193,8 +196,9 @@ _BACKFILLED_QUANTILE_S = 0.25
 
 
 def _template(url: str, selector: PromVllmSelector) -> list[PromSeries]:
-    """Every series a recorded-quantile tick reads of ``replica-0``, as the live Prometheus holds it."""
-    names = _TICK_NAMES | {r.record for r in selector.recording_rules()}
+    """Every series a recorded-quantile tick reads of ``replica-0``, as the live Prometheus holds
+    it: the outlier rules' too, which with one replica rank it alone."""
+    names = _TICK_NAMES | {r.record for r in (*selector.recording_rules(), *selector.outlier_rules())}
     query = '{replica="replica-0"}'
     answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=30.0).json()
     series = [s for s in vector_of(answer, query) if s.labels.get("__name__") in names]
@@ -208,8 +212,12 @@ def _label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _write_openmetrics(path: Path, template: list[PromSeries], count: int, times: list[float]) -> int:
+def _write_openmetrics(
+    path: Path, template: list[PromSeries], count: int, times: list[float], ranked: set[str]
+) -> int:
     """``template``'s series for replicas 0..count-1 at ``times``, as OpenMetrics; the line count.
+    Those of the ``ranked`` names (the outlier rules') for the first :data:`OUTLIERS` replicas
+    alone, as those rules keep them among replicas whose values are all alike.
 
     A family's samples stay together and each series' timestamps rise, as promtool requires.
     """
@@ -220,7 +228,7 @@ def _write_openmetrics(path: Path, template: list[PromSeries], count: int, times
     with path.open("w") as out:
         for name, members in families.items():
             out.write(f"# TYPE {name} unknown\n")
-            for n in range(count):
+            for n in range(min(count, OUTLIERS) if name in ranked else count):
                 for s in members:
                     labels = {k: v for k, v in s.labels.items() if k != "__name__"}
                     labels["replica"] = f"replica-{n}"
@@ -233,11 +241,14 @@ def _write_openmetrics(path: Path, template: list[PromSeries], count: int, times
 
 
 def _backfilled_prometheus(
-    folder: Path, template: list[PromSeries], count: int, interval_s: float
+    folder: Path, template: list[PromSeries], count: int, interval_s: float, selector: PromVllmSelector
 ) -> tuple[str, int]:
     """A Prometheus that scrapes nothing and holds ``template`` for ``count`` replicas, from four
     minutes ago to twenty minutes on (a sample each 30 s, within its 5-minute lookback); its
-    URL and pid."""
+    URL and pid.
+
+    Its rules cannot record: the head refuses samples older than the newest block, which ends
+    twenty minutes on. The outlier rules' series are therefore backfilled too."""
     promtool = shutil.which("promtool")
     if promtool is None:
         raise SystemExit("--backfill needs promtool (apt-get install prometheus)")
@@ -246,7 +257,8 @@ def _backfilled_prometheus(
     times = [now - 240.0 + 30.0 * k for k in range(49)]
     source = folder / "series.om"
     started = time.monotonic()
-    lines = _write_openmetrics(source, template, count, times)
+    ranked = {r.record for r in selector.outlier_rules()}
+    lines = _write_openmetrics(source, template, count, times, ranked)
     subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(folder / "data")],
         check=True,
@@ -379,7 +391,7 @@ def main() -> None:
             for count in counts:
                 if args.backfill:
                     prom_url, prom_pid = _backfilled_prometheus(
-                        folder / f"backfill-{count}", template, count, args.scrape_interval
+                        folder / f"backfill-{count}", template, count, args.scrape_interval, selector
                     )
                     _wait_scraped(prom_url, count, 60.0, selector)
                 else:

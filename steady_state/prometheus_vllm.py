@@ -12,6 +12,11 @@ costs Prometheus a ``rate`` over every bucket series of every replica, which gro
 replica count. One :class:`PrometheusVllmSource` answers every replica's probe of a tick; each
 replica keeps its own probe, so a replica whose scrape failed is an error row of its own
 (``vllm@replica-0``), as with direct scraping.
+
+Every replica's values still make the answer grow with the fleet (186 ms at 1,000 replicas,
+bench/probe_scale.py). A fleet of more than :data:`EVERY_REPLICA_UP_TO` replicas is therefore
+read in focus (:class:`Focus`): the replicas its SLOs name keep their probes, and
+:class:`PrometheusVllmOutliersProbe` reads the others' extremes, a fixed number per reading.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from inferchaos.primitives.vllm_promql import (
     CACHE_INFO,
     HEALTH,
     KV_SERIES,
+    PART,
     PREEMPTION_RATE,
     RECORDED,
     SERIES,
@@ -123,13 +129,19 @@ def readings_of(results: Mapping[str, list[PromSeries]], replica_label: str) -> 
 
 
 def by_rule(recorded: list[PromSeries], rules: list[RecordingRule]) -> dict[str, list[PromSeries]]:
-    """The recorded series of one query, split by the query each rule stands for (see :func:`readings_of`)."""
-    keys = {r.record: r.key for r in rules}
+    """The recorded series of one query, split by the query each rule stands for (see
+    :func:`readings_of`), labelled as that query answers: an outlier rule's series of a vLLM
+    series named as it, every other without a name. A replica then reads once when both a
+    named query and an outlier rule answer it (:func:`merge_parts`)."""
+    by_record = {r.record: r for r in rules}
     split: dict[str, list[PromSeries]] = {}
     for s in recorded:
-        key = keys.get(s.labels.get("__name__", ""))
-        if key is not None:
-            split.setdefault(key, []).append(s)
+        rule = by_record.get(s.labels.get("__name__", ""))
+        if rule is not None:
+            labels = {k: v for k, v in s.labels.items() if k != "__name__"}
+            if rule.metric:
+                labels["__name__"] = rule.metric
+            split.setdefault(rule.key, []).append(PromSeries(labels, s.value))
     return split
 
 
@@ -162,7 +174,10 @@ class PrometheusVllmSource:
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
         self._queries = selector.queries(focus) if selector.recorded is not None else None
+        # The rules the recorded route reads: a focused tick's outliers too.
         self._rules = selector.recording_rules()
+        if focus is not None:
+            self._rules += selector.outlier_rules(focus.outliers)
         self._client = client
         self._owns_client = client is None
         self._clock = clock
@@ -222,9 +237,16 @@ class PrometheusVllmSource:
         except ProbeError as e:
             logger.info("a round of vLLM queries to %s failed: %s", self.url, e)
             return e
-        results = merge_parts(dict(zip(keys, answers, strict=True)))
-        results |= by_rule(results.pop(RECORDED, []), self._rules)
-        return readings_of(results, self.selector.replica_label)
+        parts: dict[str, list[PromSeries]] = {}
+        for part, series in zip(keys, answers, strict=True):
+            key, _, end = part.partition(PART)
+            if key == RECORDED:
+                # Each recorded series as the answer of the query its rule stands for, kept
+                # apart by its part until the parts are merged (a named replica may be an outlier).
+                parts |= {f"{k}{PART}{end}": split for k, split in by_rule(series, self._rules).items()}
+            else:
+                parts[part] = series
+        return readings_of(merge_parts(parts), self.selector.replica_label)
 
     async def aclose(self) -> None:
         """Close the HTTP client if this source created it; idempotent."""

@@ -131,12 +131,12 @@ class Scraping:
 
 @contextmanager
 def prometheus_scraping(
-    folder: Path, pages: Mapping[str, str], jobs: Mapping[str, Job]
+    folder: Path, pages: Mapping[str, str], jobs: Mapping[str, Job], rules: str = ""
 ) -> Iterator[Scraping]:
     """Serve ``pages`` (path -> exposition text) and have a real Prometheus scrape them each
     second; yields both once Prometheus is ready (the caller waits for the series it needs).
 
-    ``jobs`` are the scrape jobs, by name.
+    ``jobs`` are the scrape jobs, by name; ``rules`` a rules file it evaluates each second.
     """
     folder.mkdir(parents=True, exist_ok=True)
     served = []
@@ -154,10 +154,13 @@ def prometheus_scraping(
     try:
         answered = wait_until(lambda: _answers(f"http://127.0.0.1:{port}{next(iter(pages))}"), 10.0)
         assert answered is not None, (folder / "logs" / "stand_in.log").read_text()
-        config = {
+        config: dict[str, object] = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [job.config(name, f"127.0.0.1:{port}") for name, job in jobs.items()],
         }
+        if rules:
+            (folder / "rules.yml").write_text(rules)
+            config["rule_files"] = [str(folder / "rules.yml")]
         (folder / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         prometheus_port = free_port()
         argv = prometheus_argv(prometheus_path(), folder / "prometheus.yml", folder / "data", prometheus_port)

@@ -1,16 +1,19 @@
 """A fleet read in focus: each replica its SLOs name, and of every other replica the extremes of
 each reading, agree with scraping every replica directly where an SLO's ``max`` or ``min`` looks.
 
-The distribution's ``prometheus`` scrapes a stand-in for eight one-engine replicas whose readings
-all differ, and a ninth whose ``/metrics`` answers 404 (its scrape fails: up 0). The direct
-probes read the same pages. A focused tick of two outliers must answer: the named replica as
-direct scraping reads it; each reading's highest and lowest value over the fleet; at most two
-outliers at each end plus the named replica per reading; and the replica down as unhealthy.
+The distribution's ``prometheus`` scrapes a stand-in for ten one-engine replicas whose readings
+differ, and an eleventh whose ``/metrics`` answers 404 (its scrape fails: up 0), and evaluates
+the vLLM rules (the outlier rules among them). The direct probes read the same pages. A focused
+tick must answer, whether it ranks the replicas itself or reads the outlier rules: the named
+replica as direct scraping reads it; each reading's highest and lowest value over the fleet; at
+most three outliers at each end plus the named replica per reading; and the replica down as
+unhealthy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -18,7 +21,7 @@ from scraped_stand_in import Job, Scraping, needs_prometheus, prometheus_scrapin
 
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.vllm_metrics import RUNNING
-from inferchaos.primitives.vllm_promql import SERIES_PROBES, Focus
+from inferchaos.primitives.vllm_promql import OUTLIERS, SERIES_PROBES, Focus
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmOutliersProbe,
@@ -31,28 +34,34 @@ from inferchaos.steady_state.vllm import VllmProbe
 pytestmark = [pytest.mark.integration, needs_prometheus]
 
 MATCHERS = 'job=~"vllm-.+"'
-SERVED = [f"replica-{n}" for n in range(8)]
-DOWN = "replica-8"
+SERVED = [f"replica-{n}" for n in range(10)]
+DOWN = "replica-10"
 NAMED = "replica-5"
-OUTLIERS = 2
 # Running, waiting, KV usage, preemptions, prompt and generation tokens: no two replicas alike.
 VALUES = {
     name: (n % 5, (3 * n) % 8, round(0.1 * n + 0.05, 2), 7 - n, 100 * n, 40 * ((5 * n) % 8))
     for n, name in enumerate(SERVED)
 }
 READ = set(SERIES_PROBES.values())
+# The rules this Prometheus evaluates: the quantiles' and the outlier rules.
+SELECTOR = PromVllmSelector(replica_label="replica", matchers=MATCHERS)
 
 
 @pytest.fixture(scope="module")
 def scraping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraping]:
-    """A real Prometheus scraping the nine replicas' targets each second."""
+    """A real Prometheus scraping the eleven replicas' targets each second, evaluating the vLLM rules."""
     pages = {f"/{name}/metrics": vllm_page({"0": VALUES[name]}) for name in SERVED} | {"/health": ""}
     jobs = {f"vllm-{name}": Job(f"/{name}/metrics", labels={"replica": name}) for name in [*SERVED, DOWN]}
-    with prometheus_scraping(tmp_path_factory.mktemp("focus"), pages, jobs) as scraping:
+    rules = SELECTOR.rules_yaml()
+    with prometheus_scraping(tmp_path_factory.mktemp("focus"), pages, jobs, rules) as scraping:
+        last = SELECTOR.outlier_rules()[-1].record
         scraped = wait_until(
             lambda: (
                 len(query(scraping.url, f"{RUNNING}{{{MATCHERS}}}")) == len(SERVED)
                 and len(query(scraping.url, f'up{{replica="{DOWN}"}} == 0')) == 1
+                # The outlier rules evaluated after a scrape of every target: the group's last.
+                and len(query(scraping.url, f'replica:up:bottom{OUTLIERS}{{replica="{DOWN}"}}')) == 1
+                and len(query(scraping.url, last)) > 0
             ),
             30.0,
             0.5,
@@ -65,13 +74,11 @@ def _by_replica(samples: list[Sample], probe: str) -> dict[str, float]:
     return {s.labels["replica"]: s.value for s in samples if s.probe == probe}
 
 
-@pytest.mark.parametrize("recorded", [False, True], ids=["computed", "recorded"])
+@pytest.mark.parametrize("recorded", [False, True], ids=["ranked at the tick", "from the outlier rules"])
 async def test_a_focused_tick_reads_the_named_replica_and_every_readings_extremes(
     scraping: Scraping, recorded: bool
 ) -> None:
-    # Recorded: the quantiles read from series this Prometheus has no rules for (none answered),
-    # which still has it parse every focused query of that route.
-    selector = PromVllmSelector(replica_label="replica", matchers=MATCHERS, recorded=recorded)
+    selector = replace(SELECTOR, recorded=recorded)
     source = PrometheusVllmSource(
         scraping.url, selector, focus=Focus(frozenset({NAMED}), OUTLIERS), timeout_s=5.0
     )
@@ -100,7 +107,7 @@ async def test_a_focused_tick_reads_the_named_replica_and_every_readings_extreme
 
 
 async def test_a_focus_without_named_replicas_reads_the_extremes_alone(scraping: Scraping) -> None:
-    selector = PromVllmSelector(replica_label="replica", matchers=MATCHERS, recorded=False)
+    selector = replace(SELECTOR, recorded=False)
     source = PrometheusVllmSource(scraping.url, selector, focus=Focus(outliers=1), timeout_s=5.0)
     try:
         others = await PrometheusVllmOutliersProbe(source, frozenset()).read()

@@ -240,27 +240,52 @@ def test_an_environment_with_prometheus_reads_every_replica_through_one_source_w
 
 
 def test_a_focused_tick_asks_each_readings_extremes_and_the_named_replicas_whatever_the_fleet() -> None:
-    focus = Focus(frozenset({"replica-7"}), outliers=3)
-    every = replace(LOCAL, recorded=True).queries()
-    focused = replace(LOCAL, recorded=True).queries(focus)
+    # A Prometheus without the outlier rules ranks every replica at each tick.
+    every = LOCAL.queries()
+    focused = LOCAL.queries(Focus(frozenset({"replica-7"}), outliers=3))
     # Per metric name: `or` would match across names and drop one name's extremes.
     assert focused["series@top"] == f"topk by (__name__) (3, {every[SERIES]})"
     assert focused["series@bottom"] == f"bottomk by (__name__) (3, {every[SERIES]})"
-    assert focused["recorded@top"] == f"topk by (__name__) (3, {every[RECORDED]})"
+    assert focused["vllm.ttft_p95_s@top"] == f"topk (3, {every['vllm.ttft_p95_s']})"
     # `up` is 1 or 0: only its lowest say anything, the replicas down.
     assert focused["up@bottom"] == 'bottomk (3, max by (replica) (up{job="vllm"}))'
     assert "up@top" not in focused and "health@top" not in focused
     # The named replica's own queries are every replica's, narrowed to it.
     assert focused["series@named"] == every[SERIES].replace('"})', '",replica=~"replica\\\\-7"})')
     assert focused["health@named"] == 'max by (replica) (up{job="vllm_health",replica=~"replica\\\\-7"})'
-    assert focused["recorded@named"].endswith(',replica=~"replica\\\\-7"}')
     # The capacity is in the info series' labels, which nothing orders by: the named replicas' only.
     assert [k for k in focused if k.startswith(CACHE_INFO)] == ["cache_info@named"]
-    computed = LOCAL.queries(Focus(outliers=2))
-    assert computed["vllm.ttft_p95_s@top"] == f"topk (2, {LOCAL.queries()['vllm.ttft_p95_s']})"
-    assert not any(k.endswith("@named") for k in computed), "no replica named, none asked by name"
+    alone = LOCAL.queries(Focus(outliers=2))
+    assert not any(k.endswith("@named") for k in alone), "no replica named, none asked by name"
     with pytest.raises(ValueError, match="at least 1 outlier"):
         Focus(outliers=0)
+
+
+def test_a_prometheus_with_the_outlier_rules_is_read_from_them_in_one_query_beside_the_named() -> None:
+    recording = replace(LOCAL, recorded=True)
+    focused = recording.queries(Focus(frozenset({"replica-7"})))
+    outliers = {r.record for r in recording.outlier_rules()}
+    match = re.fullmatch(r'\{__name__=~"(.*)"\}', focused["recorded@outliers"])
+    assert match is not None and set(match.group(1).split("|")) == outliers
+    assert focused["recorded@named"].endswith(',replica=~"replica\\\\-7"}')
+    assert set(focused) == {"recorded@outliers", *(f"{k}@named" for k in recording.queries())}
+    assert not any("topk" in q or "bottomk" in q for q in focused.values()), "nothing ranked at the tick"
+    rules = {r.record: r for r in recording.outlier_rules()}
+    assert rules["replica:vllm_num_requests_waiting:top3"].expr == (
+        'topk(3, sum by (replica) (vllm:num_requests_waiting{job="vllm"}))'
+    )
+    assert rules["replica:up:bottom3"].expr == 'bottomk(3, max by (replica) (up{job="vllm"}))'
+    assert "replica:up:top3" not in rules
+    # A quantile's outliers rank its recorded series, and read as it does.
+    p95 = rules["replica:vllm_time_to_first_token_seconds:top3_p95_rate5s"]
+    assert p95.expr == "topk(3, replica:vllm_time_to_first_token_seconds:p95_rate5s)"
+    recorded = {"__name__": p95.record, "replica": "replica-2"}
+    waiting = {"__name__": "replica:vllm_num_requests_waiting:top3", "replica": "replica-2"}
+    split = by_rule([PromSeries(recorded, 0.9), PromSeries(waiting, 4.0)], recording.outlier_rules())
+    assert split == {
+        "vllm.ttft_p95_s": [PromSeries({"replica": "replica-2"}, 0.9)],
+        SERIES: [PromSeries({"replica": "replica-2", "__name__": "vllm:num_requests_waiting"}, 4.0)],
+    }
 
 
 def test_the_parts_of_a_focused_tick_join_per_query_a_series_answered_twice_once() -> None:
@@ -323,7 +348,9 @@ def test_the_rules_file_is_one_group_holding_every_rule() -> None:
     document = yaml.safe_load(LOCAL.rules_yaml())
     [group] = document["groups"]
     assert group["name"] == RULE_GROUP
-    assert group["rules"] == [{"record": r.record, "expr": r.expr} for r in LOCAL.recording_rules()]
+    every = [*LOCAL.recording_rules(), *LOCAL.outlier_rules()]
+    assert group["rules"] == [{"record": r.record, "expr": r.expr} for r in every]
+    assert len({r.record for r in every}) == len(every), "one series name per rule"
 
 
 @pytest.mark.skipif(
@@ -338,7 +365,8 @@ def test_the_real_promtool_accepts_the_rules_of_a_local_and_a_cluster_selector(t
             ["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        assert f"SUCCESS: {len(selector.recording_rules())} rules found" in checked.stdout
+        count = len(selector.recording_rules()) + len(selector.outlier_rules())
+        assert f"SUCCESS: {count} rules found" in checked.stdout
 
 
 def test_recorded_queries_read_exactly_the_rules_series_and_nothing_else_changes() -> None:
