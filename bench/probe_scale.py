@@ -79,11 +79,10 @@ from inferchaos.environments.local.prometheus_server import (
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries, vector_of
-from inferchaos.primitives.vllm_promql import CACHE_CONFIG, KEPT_METRICS, SERIES_PROBES, Focus
+from inferchaos.primitives.vllm_promql import CACHE_CONFIG, KEPT_METRICS, OUTLIERS, SERIES_PROBES, Focus
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.prometheus_vllm import (
     EVERY_REPLICA_UP_TO,
-    OUTLIERS,
     PrometheusVllmOutliersProbe,
     PrometheusVllmProbe,
     PrometheusVllmSource,
@@ -321,7 +320,7 @@ async def _measure(
         named = _NAMED & set(names)
         focusing = PrometheusVllmSource(
             prom_url, replace(selector, recorded=True), client=client, timeout_s=120.0,
-            focus=Focus(named, OUTLIERS),
+            focus=Focus(named),
         )  # fmt: skip
         focused: list[Probe] = [PrometheusVllmProbe(name, focusing) for name in sorted(named)]
         focused.append(PrometheusVllmOutliersProbe(focusing, named))

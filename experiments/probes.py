@@ -18,7 +18,6 @@ from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeS
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
     EVERY_REPLICA_UP_TO,
-    OUTLIERS,
     Focus,
     PrometheusVllmOutliersProbe,
     PrometheusVllmProbe,
@@ -149,7 +148,7 @@ def vllm_probes(
         return [PrometheusVllmProbe(r.name, source) for r in replicas]
     # A name no replica has is no replica's: a fleet read in full would not read it either.
     read_each = named & {r.name for r in replicas}
-    focused = PrometheusVllmSource(prometheus.url, selector, focus=Focus(read_each, OUTLIERS))
+    focused = PrometheusVllmSource(prometheus.url, selector, focus=Focus(read_each))
     return [
         *(PrometheusVllmProbe(name, focused) for name in sorted(read_each)),
         PrometheusVllmOutliersProbe(focused, read_each),

@@ -54,9 +54,8 @@ logger = logging.getLogger(__name__)
 
 # A fleet of up to this many replicas is read whole at each tick (a tick took 15 ms through
 # Prometheus at 50 replicas, and every replica has a line in the plots); a larger one in focus,
-# its SLOs' replicas and the others' OUTLIERS highest and lowest (bench/probe_scale.py).
+# its SLOs' replicas and the others' highest and lowest (Focus; bench/probe_scale.py).
 EVERY_REPLICA_UP_TO = 50
-OUTLIERS = 3
 
 
 @dataclass
@@ -216,7 +215,7 @@ class PrometheusVllmSource:
         missing = sorted({r.record for r in self._rules} - loaded)
         if missing:
             logger.info(
-                "%s does not record %s: the vLLM quantiles are computed at each tick",
+                "%s does not record %s: the vLLM quantiles are computed (a focus's outliers ranked) at each tick",
                 self.url,
                 ", ".join(missing),
             )
