@@ -392,14 +392,14 @@ def main() -> None:
                     prom_url, prom_pid = _backfilled_prometheus(
                         folder / f"backfill-{count}", template, count, args.scrape_interval, selector
                     )
-                    _wait_scraped(prom_url, count, 60.0, selector)
                 else:
                     write_targets(targets_dir, VLLM_JOB, _targets(port, count, "metrics"))
                     write_targets(targets_dir, HEALTH_JOB, _targets(port, count, "health"))
-                    budget = 30.0 + 3 * args.scrape_interval + count * 0.05
-                    _wait_scraped(record.url, count, budget, selector)
                     prom_url, prom_pid = record.url, 0
                 try:
+                    # Within the try: a Prometheus that never holds every replica is ended too.
+                    budget = 60.0 if args.backfill else 30.0 + 3 * args.scrape_interval + count * 0.05
+                    _wait_scraped(prom_url, count, budget, selector)
                     measured = asyncio.run(
                         _measure(port, prom_url, count, args.ticks, selector, computed_too=not args.backfill)
                     )
