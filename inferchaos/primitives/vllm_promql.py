@@ -145,6 +145,11 @@ class PromVllmSelector:
         inner = ",".join(m for m in (self.matchers, *extra) if m)
         return f"{metric}{{{inner}}}" if inner else metric
 
+    def _health_up(self, *extra: str) -> str:
+        """``up`` of the health job's targets (``health_matchers``), narrowed by ``extra``."""
+        inner = ",".join(m for m in (self.health_matchers or "", *extra) if m)
+        return f"up{{{inner}}}" if inner else "up"
+
     def _named(self, names: tuple[str, ...], *extra: str) -> str:
         """The replicas' series of any of the vLLM metrics ``names``."""
         alternatives = "|".join(name.removeprefix("vllm:") for name in names)
@@ -198,8 +203,7 @@ class PromVllmSelector:
                 rules.append(RecordingRule(key, record, f"{end}k({outliers}, {series})", metric))
         ups = [(UP, "up", self.selector("up"))]
         if self.health_matchers is not None:
-            health = f"up{{{self.health_matchers}}}" if self.health_matchers else "up"
-            ups.append((HEALTH, "health_up", health))
+            ups.append((HEALTH, "health_up", self._health_up()))
         for key, name, selected in ups:
             rules.append(
                 RecordingRule(
@@ -262,8 +266,7 @@ class PromVllmSelector:
             CACHE_INFO: f"max by ({by}, num_gpu_blocks, block_size) ({self.selector(CACHE_CONFIG, *extra)})",
         }
         if self.health_matchers is not None:
-            health = ",".join(m for m in (self.health_matchers, *extra) if m)
-            queries[HEALTH] = f"max by ({by}) (up{{{health}}})" if health else f"max by ({by}) (up)"
+            queries[HEALTH] = f"max by ({by}) ({self._health_up(*extra)})"
         rules = self.recording_rules()
         if self.recorded:
             recorded = ",".join(('__name__=~"' + "|".join(r.record for r in rules) + '"', *extra))
@@ -294,15 +297,23 @@ def keep_relabel_config() -> dict[str, Any]:
 
 def merge_parts(results: Mapping[str, list[PromSeries]]) -> dict[str, list[PromSeries]]:
     """The answers of a focused tick's parts (``<key>@<part>``), joined per key; a series two
-    parts answered (a named replica that is also an outlier) once. Unsplit keys pass as they are."""
-    merged: dict[str, list[PromSeries]] = {}
-    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    parts answered (a named replica that is also an outlier) once. A key answered by one part
+    passes as it is: Prometheus answers no label set twice in one vector, and comparing the
+    label sets of every replica's series cost 26 ms a tick at 1,000 replicas."""
+    parts: dict[str, list[list[PromSeries]]] = {}
     for part, series in results.items():
-        key = part.split(PART, 1)[0]
-        into = merged.setdefault(key, [])
-        for s in series:
-            identity = (key, frozenset(s.labels.items()))
-            if identity not in seen:
-                seen.add(identity)
-                into.append(s)
+        parts.setdefault(part.split(PART, 1)[0], []).append(series)
+    merged: dict[str, list[PromSeries]] = {}
+    for key, answers in parts.items():
+        if len(answers) == 1:
+            merged[key] = answers[0]
+            continue
+        seen: set[frozenset[tuple[str, str]]] = set()
+        into = merged[key] = []
+        for series in answers:
+            for s in series:
+                identity = frozenset(s.labels.items())
+                if identity not in seen:
+                    seen.add(identity)
+                    into.append(s)
     return merged
