@@ -57,25 +57,33 @@ class Phase(StrEnum):
 @dataclass(frozen=True)
 class BaselineScale:
     """A threshold read from the run's own baseline: ``times`` x the same aggregate of the same
-    probe over the baseline phase, and never below ``at_least``.
+    probe over the baseline phase, plus ``plus``, and never below ``at_least``.
 
     Latency on 2 shared cores and on a GPU cluster differ by an order of magnitude; a scenario
     that says "TTFT may triple, not more" means the same thing on both, where a fixed number
     would fail a healthy slow machine or pass a broken fast one. ``at_least`` keeps a tiny
     baseline (a few milliseconds) from turning scheduler jitter into a breach.
+
+    A fault that adds a fixed delay (a slowed link) costs users the same seconds on either
+    machine, whatever their baseline: ``plus`` says "the baseline and at most this much more".
+    A ratio would give it no teeth on a slow machine: a CI run whose baseline p95 read 0.6 s
+    allowed 1.8 s under "3 x baseline", and passed a platform whose every path paid a second.
     """
 
-    times: float
+    times: float = 1.0
+    plus: float = 0.0
     at_least: float = 0.0
 
     def threshold(self, baseline: float) -> float:
         """The threshold a baseline of ``baseline`` gives."""
-        return max(self.at_least, self.times * baseline)
+        return max(self.at_least, self.times * baseline + self.plus)
 
     def describe(self) -> str:
-        """``3 x baseline`` (``, at least 0.3``), for verdicts and reports."""
+        """``3 x baseline`` or ``baseline + 0.75`` (``, at least 0.3``), for verdicts and reports."""
+        scaled = "baseline" if self.times == 1 and self.plus else f"{self.times:g} x baseline"
+        added = f" + {self.plus:g}" if self.plus else ""
         floor = f", at least {self.at_least:g}" if self.at_least else ""
-        return f"{self.times:g} x baseline{floor}"
+        return f"{scaled}{added}{floor}"
 
 
 @dataclass(frozen=True)
@@ -284,29 +292,39 @@ def _slo(entry: object, path: str, known: Collection[str], open_families: Collec
     )
 
 
-SCALE_KEYS: tuple[str, ...] = ("times_baseline", "at_least")
+SCALE_KEYS: tuple[str, ...] = ("times_baseline", "plus_baseline", "at_least")
 
 
 def _threshold(value: object, path: str, op: Op, phase: Phase) -> tuple[float, BaselineScale | None]:
-    """A number, or ``{times_baseline: N, at_least: M}`` for a threshold read from the baseline."""
+    """A number, or ``{times_baseline: N, plus_baseline: P, at_least: M}`` (either of the first
+    two, or both) for a threshold read from the baseline."""
     if not isinstance(value, Mapping):
         return _number(value, path), None
     _no_unknown_keys(value, path, SCALE_KEYS)
-    if "times_baseline" not in value:
-        raise _fail(f"{path}.times_baseline", "required: how many times the baseline value the threshold is")
+    if "times_baseline" not in value and "plus_baseline" not in value:
+        raise _fail(
+            path,
+            "needs times_baseline (how many times the baseline value the threshold is)"
+            " or plus_baseline (how much above it)",
+        )
     if phase is Phase.BASELINE:
         raise _fail(path, "a baseline-phase SLO cannot be relative to the baseline it judges; give a number")
     if op not in (Op.LT, Op.LE, Op.GT, Op.GE):
         raise _fail(path, f"a threshold relative to the baseline needs <, <=, > or >=, not {op.value}")
-    times = _number(value["times_baseline"], f"{path}.times_baseline")
+    times = _number(value.get("times_baseline", 1.0), f"{path}.times_baseline")
     if times <= 0:
         raise _fail(f"{path}.times_baseline", f"must be more than 0, got {value['times_baseline']!r}")
+    plus = _number(value.get("plus_baseline", 0.0), f"{path}.plus_baseline")
+    if "plus_baseline" in value and plus <= 0:
+        raise _fail(f"{path}.plus_baseline", f"must be more than 0, got {value['plus_baseline']!r}")
     at_least = _number(value.get("at_least", 0.0), f"{path}.at_least")
     if at_least < 0:
         raise _fail(f"{path}.at_least", f"must be 0 or more, got {value['at_least']!r}")
-    if at_least and op in (Op.GT, Op.GE):
-        raise _fail(f"{path}.at_least", f"a floor only makes sense for < and <=, not {op.value}")
-    return math.nan, BaselineScale(times, at_least)
+    for key, given in (("plus_baseline", plus), ("at_least", at_least)):
+        if given and op in (Op.GT, Op.GE):
+            what = "headroom above the baseline" if key == "plus_baseline" else "a floor"
+            raise _fail(f"{path}.{key}", f"{what} only makes sense for < and <=, not {op.value}")
+    return math.nan, BaselineScale(times, plus, at_least)
 
 
 def _recovery(value: object, slo_names: Collection[str]) -> RecoverySpec:

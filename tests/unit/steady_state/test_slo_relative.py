@@ -1,4 +1,5 @@
-"""Thresholds read from the run's own baseline: ``threshold: {times_baseline: N, at_least: M}``.
+"""Thresholds read from the run's own baseline: ``threshold: {times_baseline: N, at_least: M}``,
+or ``{plus_baseline: P}`` for a fault that adds a fixed delay.
 
 The same scenario must judge a slow machine and a fast one alike: "TTFT may triple" is a
 statement about the platform, "TTFT under 0.5 s" one about the hardware.
@@ -84,6 +85,35 @@ def test_a_floor_keeps_a_tiny_baseline_from_turning_jitter_into_a_breach(synth: 
     assert not breach.ok
 
 
+PLUS = (
+    '{name: ttft, probe: canary.ttft_s, agg: p95, op: "<=", threshold: {plus_baseline: 0.75}, phase: during}'
+)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "during", "ok"),
+    [
+        (0.05, 0.46, True),  # a fast machine: a 200 ms link costs the slowed path's users 0.4 s
+        (0.05, 1.17, False),  # the same machine, every path slowed: 1.1 s more
+        (0.6, 1.05, True),  # a slow machine, the same 0.45 s more: the same verdict as the fast one
+        (0.6, 1.73, False),  # CI's control: 1.1 s more, which "3 x baseline" (1.8 s) let pass
+    ],
+)
+def test_a_fixed_delay_is_judged_by_the_seconds_it_adds_not_the_ratio(
+    synth: Synth, baseline: float, during: float, ok: bool
+) -> None:
+    (result,) = evaluate(ttft_run(synth, baseline, during, baseline), spec(PLUS)).slos
+    assert result.ok is ok
+    assert result.threshold == pytest.approx(baseline + 0.75)
+    assert result.to_dict()["scale"] == "baseline + 0.75"
+
+
+def test_a_ratio_to_a_slow_baseline_passes_what_headroom_above_it_catches(synth: Synth) -> None:
+    ci_control = ttft_run(synth, 0.6, 1.73, 0.6)
+    assert evaluate(ci_control, spec(TRIPLE)).slos[0].ok
+    assert not evaluate(ci_control, spec(PLUS)).slos[0].ok
+
+
 @pytest.mark.parametrize("baseline_reads", ["missing", "failed"])
 def test_no_baseline_samples_fails_closed(synth: Synth, baseline_reads: str) -> None:
     if baseline_reads == "missing":
@@ -155,7 +185,9 @@ def test_the_recovery_verdict_judges_the_seconds_the_recovery_hold_confirmed(syn
         ("{times_baseline: 3}", "baseline", "<=", "cannot be relative to the baseline it judges"),
         ("{times_baseline: 0}", "during", "<=", "times_baseline: must be more than 0"),
         ("{times_baseline: .nan}", "during", "<=", "times_baseline: must be a finite number"),
-        ("{at_least: 0.3}", "during", "<=", "times_baseline: required"),
+        ("{at_least: 0.3}", "during", "<=", "needs times_baseline"),
+        ("{plus_baseline: 0}", "during", "<=", "plus_baseline: must be more than 0"),
+        ("{plus_baseline: 0.5}", "during", ">=", "headroom above the baseline only makes sense for < and <="),
         ("{times_baseline: 3, per: p95}", "during", "<=", "unknown"),
         ("{times_baseline: 3}", "during", "==", "needs <, <=, > or >="),
         ("{times_baseline: 0.5, at_least: 1}", "during", ">=", "only makes sense for < and <="),
@@ -179,6 +211,10 @@ def test_reports_show_how_the_threshold_was_read() -> None:
         "ttft", "canary", Phase.DURING, True, 0.1, Op.LE, 0.3, 3, "", 0.05, "3 x baseline, at least 0.3"
     )
     assert threshold_text(floored) == "<= 0.3 (3 x baseline 0.05, at least 0.3)"
+    added = SloRecord("ttft", "canary", Phase.DURING, False, 1.7, Op.LE, 1.35, 3, "", 0.6, "baseline + 0.75")
+    assert threshold_text(added) == "<= 1.35 (baseline 0.6 + 0.75)"
+    added = SloRecord("ttft", "canary", Phase.DURING, False, 1.7, Op.LE, 1.35, 3, "", 0.6, "baseline + 0.75")
+    assert threshold_text(added) == "<= 1.35 (baseline 0.6 + 0.75)"
     missing = SloRecord("ttft", "canary", Phase.DURING, False, None, Op.LE, None, 0, "", None, "3 x baseline")
     assert threshold_text(missing) == "<= 3 x baseline (no baseline)"
 
