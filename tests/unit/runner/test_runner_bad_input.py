@@ -72,6 +72,7 @@ EXPECTED: dict[str, str] = {
     "canary_unknown_key.yaml": "canary.rate_per_s: unknown key; use request_timeout_s, max_in_flight",
     "canary_not_a_mapping.yaml": "canary: must be a mapping with request_timeout_s, max_in_flight, got int",
     "slo_after_s_nan.yaml": "slos[2].after_s: must be a finite number, got nan",
+    "slo_plus_baseline_negative.yaml": "slos[3].threshold.plus_baseline: must be more than 0, got -0.75",
     "slo_window_infinite.yaml": "slos[4].window_s: must be a finite number, got inf",
     "recovery_within_nan.yaml": "recovery.within_s: must be a finite number, got nan",
     "recovery_hold_infinite.yaml": "recovery.hold_s: must be a finite number, got inf",
