@@ -589,7 +589,14 @@ def detect(
     for slo in spec.slos:
         if slo.phase is not Phase.DURING:
             continue
-        for judged in _held(timeline, _scaled(timeline, slo, windows), judged_window(slo, during)):
+        scaled = _scaled(timeline, slo, windows)
+        # With no baseline to scale from, the SLO fails the verdict closed, but its first sample
+        # after the injection would read as a breach: a time to detect of a millisecond, and a
+        # triage of the seconds before the fault could show. It names no moment the platform
+        # broke; the first real breach does.
+        if math.isnan(scaled.threshold):
+            continue
+        for judged in _held(timeline, scaled, judged_window(slo, during)):
             if not judged.ok:  # a breach, or a source gone silent
                 if first is None or judged.t < first.at:
                     first = Detection(slo.name, judged.t, judged.t - during.start, judged.value)

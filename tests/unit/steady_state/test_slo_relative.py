@@ -126,6 +126,33 @@ def test_no_baseline_samples_fails_closed(synth: Synth, baseline_reads: str) -> 
     assert result.to_dict()["threshold"] is None
 
 
+SURVIVOR = (
+    '{name: survivor_ttft, probe: canary.ttft_s, labels: {replica: replica-1}, agg: p95, op: "<=",'
+    " threshold: {times_baseline: 7, at_least: 0.5}, phase: during}"
+)
+AVAILABILITY = (
+    '{name: availability, probe: canary.success, agg: mean, op: ">=", threshold: 0.9, phase: during}'
+)
+
+
+def test_an_slo_with_no_baseline_fails_the_run_but_is_no_detection(synth: Synth) -> None:
+    # CI's engine_hang control (2026-12-04): the front door sent the whole baseline to
+    # replica-0, so survivor_ttft had nothing to scale from. It failed closed, as it must, but
+    # its first sample read as a breach 1 ms after the injection, and triage then searched the
+    # seconds before the hang could show: "unknown", where the failed request named vLLM.
+    survivor = synth.rows("canary.ttft_s", [0.05] * 30, start=10, labels={"replica": "replica-1"})
+    replica_0 = synth.rows("canary.ttft_s", [0.05] * 10, labels={"replica": "replica-0"})
+    served = synth.rows("canary.success", [1.0] * 41)
+    result = evaluate(synth.timeline(survivor, replica_0, served, **MARKS), spec(SURVIVOR, AVAILABILITY))
+    assert [(s.name, s.ok) for s in result.slos] == [("survivor_ttft", False), ("availability", True)]
+    assert not result.ok and "no baseline" in result.slos[0].reason
+    assert result.detection is None
+    one_failed = synth.rows("canary.success", [0.0 if t == 15 else 1.0 for t in range(41)])
+    detection = detect(synth.timeline(survivor, replica_0, one_failed, **MARKS), spec(SURVIVOR, AVAILABILITY))
+    assert detection is not None and detection.slo == "availability"
+    assert detection.time_to_detect_s == pytest.approx(5)
+
+
 def test_detection_and_recovery_use_the_scaled_threshold(synth: Synth) -> None:
     slos = spec(
         TRIPLE,
