@@ -48,6 +48,7 @@ from inferchaos.steady_state.evaluation import (
     PhaseWindow,
     RecoveryResult,
     evaluate_slo,
+    missing_baselines,
     phase_windows,
     recover,
     recovery_window_s,
@@ -108,11 +109,13 @@ def sample_steady_state(
     secrets: Secrets = None,
 ) -> dict[str, Any]:
     """Sample every layer of the local environment into ``timeline``: for ``baseline_s`` the first
-    time in this process, after the method until ``recovery`` is confirmed or has missed a
+    time in this process (and up to as long again while a baseline-relative SLO of ``slos`` has
+    nothing to scale from, as in the runner), after the method until ``recovery`` is confirmed or has missed a
     step's own deadline (at most its window plus ``hold_s``) and every recovery SLO of ``slos``
     has samples.
 
-    ``slos`` are the declarations of the SLOs the hypothesis judges, ``recovery`` the
+    ``slos`` are the declarations of every SLO the hypothesis judges, during-phase ones included
+    (their baselines are sampled here), ``recovery`` the
     experiment's recovery declaration, ``canary_timeout_s`` and ``canary_max_in_flight`` its
     ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase,
     ticks, seconds and, after the method, whether and how fast it recovered).
@@ -126,7 +129,7 @@ def sample_steady_state(
     pace = CanaryPace(request_timeout_s=canary_timeout_s, max_in_flight=canary_max_in_flight)
     if before:
         path.unlink(missing_ok=True)
-        sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace, slo_replicas(spec.slos)))
+        sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace, spec.slos))
     else:
         with _LOCK:
             _BASELINES.discard(path)
@@ -135,14 +138,21 @@ def sample_steady_state(
 
 
 async def _sample_baseline(
-    env: Environment, path: Path, seconds: float, pace: CanaryPace, named: frozenset[str]
+    env: Environment, path: Path, seconds: float, pace: CanaryPace, slos: Sequence[Slo]
 ) -> Sampled:
     logger.info("sampling the steady state for %g s before the method into %s", seconds, path)
     with TimelineWriter(path) as writer:
         timeline = Timeline(writer)
         started = time.time()
         timeline.mark(Mark.BASELINE_START, started)
-        ticks = await _sample(env, timeline, pace, lambda: time.time() - started >= seconds, named)
+
+        def done() -> bool:
+            # As the runner's: at most one more baseline's length while an SLO has nothing to
+            # scale from (missing_baselines).
+            elapsed = time.time() - started
+            return elapsed >= seconds and (elapsed >= 2 * seconds or not missing_baselines(timeline, slos))
+
+        ticks = await _sample(env, timeline, pace, done, slo_replicas(slos))
         timeline.mark(Mark.INJECTED, time.time())
     return Sampled(Phase.BASELINE.value, ticks, time.time() - started)
 

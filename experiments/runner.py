@@ -40,6 +40,7 @@ from inferchaos.steady_state.evaluation import (
     counts_toward,
     evaluate,
     evaluate_slo,
+    missing_baselines,
     phase_windows,
     recover,
     recovery_window_s,
@@ -326,6 +327,7 @@ class Runner:
         try:
             timeline.mark(Mark.BASELINE_START, time.time())
             await self._wait_phase("baseline", spec.baseline_s)
+            await self._extend_baseline(timeline)
             baseline_failures = self._baseline_failures(timeline)
             if baseline_failures:
                 self._state.stop = {
@@ -340,6 +342,22 @@ class Runner:
             await canary.stop()
             await close_probes(probes)
             timeline.mark(Mark.END, time.time())
+
+    async def _extend_baseline(self, timeline: Timeline) -> None:
+        """Sample on, for at most one more baseline's length, while a baseline-relative SLO has
+        nothing to scale from (:func:`missing_baselines`)."""
+        missing = missing_baselines(timeline, self.spec.slos.slos)
+        if not missing:
+            return
+        extra = self.spec.baseline_s
+        self._progress(
+            f"baseline: nothing yet to scale {', '.join(slo.name for slo in missing)} from; "
+            f"sampling up to {extra:g} s more"
+        )
+        end = time.monotonic() + extra
+        while missing and time.monotonic() < end:
+            await self._wait_phase("baseline", min(1.0, end - time.monotonic()))
+            missing = missing_baselines(timeline, self.spec.slos.slos)
 
     def _sampler_ended(self, task: asyncio.Task[int]) -> None:
         # An exception in a tick (its on_tick: stop conditions, progress) ends the sampler; the

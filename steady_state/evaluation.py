@@ -40,7 +40,7 @@ import bisect
 import itertools
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from inferchaos.steady_state.aggregates import Aggregate, Point, get_aggregate
@@ -551,6 +551,17 @@ def baseline_value(
     was silent through the whole baseline: the SLO then fails closed.
     """
     return _baseline(timeline, slo, phase_windows(timeline) if windows is None else windows)[0]
+
+
+def missing_baselines(timeline: Timeline, slos: Iterable[Slo]) -> list[Slo]:
+    """The baseline-relative SLOs of ``slos`` that ``timeline``'s baseline gives no value yet.
+
+    A sampler's baseline goes on while this is not empty (for a bounded time): the front door
+    may send a whole baseline to one replica, and an SLO on the other would then fail closed
+    on a healthy platform.
+    """
+    windows = phase_windows(timeline)
+    return [slo for slo in slos if slo.scale and baseline_value(timeline, slo, windows) is None]
 
 
 def _scaled(timeline: Timeline, slo: Slo, windows: Mapping[Phase, PhaseWindow]) -> Slo:

@@ -11,7 +11,7 @@ from inferchaos.errors import EnvironmentError_
 from inferchaos.experiments.runner import RunOptions, run_experiment
 from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
-from tests.fakes.runner import FakeEnv, RunResult, make_spec
+from tests.fakes.runner import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
 
 
 def test_baseline_not_met_aborts_without_injecting(baseline_failed_run: RunResult) -> None:
@@ -77,3 +77,28 @@ def test_dry_run_plans_and_touches_nothing(
     assert "would touch:" in out and "  - nothing real" in out
     assert "availability: mean(canary.success) >= 0.9 [during]" in out
     assert Ledger().entries() == [] and not run_dir.exists() and env.ray_connects == 0
+
+
+SURVIVOR = {"name": "survivor_ttft", "probe": "canary.ttft_s", "labels": {"replica": "replica-1"}, "agg": "p95",
+            "op": "<=", "threshold": {"times_baseline": 3, "at_least": 0.5}, "phase": "during"}  # fmt: skip
+
+
+def test_a_baseline_with_nothing_to_scale_an_slo_from_samples_on_for_one_more_baseline(
+    tmp_path: Path, private_home: Path
+) -> None:
+    # The fake canary never names replica-1: the baseline goes on for one more baseline's length
+    # (the front door may send a whole baseline to one replica), then the SLO fails closed.
+    spec = make_spec(tmp_path / "unscaled.yaml", baseline_s=1.0, slos=[*DEFAULT_SLOS, SURVIVOR])
+    result = run_fake_experiment(spec, tmp_path / "run")
+    assert any(
+        "nothing yet to scale survivor_ttft from; sampling up to 1 s more" in line for line in result.progress
+    ), result.progress
+    phases = result.verdict.phases
+    assert phases["injected"] - phases["baseline_start"] >= 2.0
+    (survivor,) = [s for s in result.verdict.slos if s["name"] == "survivor_ttft"]
+    assert not survivor["ok"] and survivor["baseline"] is None
+    assert result.verdict.timing.detected_by != "survivor_ttft"
+
+
+def test_a_baseline_with_something_to_scale_every_slo_from_does_not_wait(passed_run: RunResult) -> None:
+    assert not any("nothing yet to scale" in line for line in passed_run.progress), passed_run.progress

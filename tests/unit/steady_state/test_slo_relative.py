@@ -18,7 +18,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.experiments.spec import ensure_experiment_is_valid
 from inferchaos.reports.formatting import threshold as threshold_text
 from inferchaos.reports.load import SloRecord
-from inferchaos.steady_state.evaluation import detect, evaluate, evaluate_slo, recover
+from inferchaos.steady_state.evaluation import detect, evaluate, evaluate_slo, missing_baselines, recover
 from inferchaos.steady_state.slo import Op, Phase, SloSpec, ensure_slos_are_valid
 from inferchaos.steady_state.timeline import Timeline
 
@@ -151,6 +151,15 @@ def test_an_slo_with_no_baseline_fails_the_run_but_is_no_detection(synth: Synth)
     detection = detect(synth.timeline(survivor, replica_0, one_failed, **MARKS), spec(SURVIVOR, AVAILABILITY))
     assert detection is not None and detection.slo == "availability"
     assert detection.time_to_detect_s == pytest.approx(5)
+
+
+def test_missing_baselines_names_the_slos_the_baseline_gives_nothing_to_scale_from(synth: Synth) -> None:
+    slos = spec(TRIPLE, SURVIVOR, AVAILABILITY).slos
+    replica_0 = synth.rows("canary.ttft_s", [0.05] * 8, labels={"replica": "replica-0"})
+    so_far = synth.timeline(replica_0, baseline_start=0)
+    assert [slo.name for slo in missing_baselines(so_far, slos)] == ["survivor_ttft"]
+    replica_1 = synth.rows("canary.ttft_s", [0.05], start=8, labels={"replica": "replica-1"})
+    assert missing_baselines(synth.timeline(replica_0, replica_1, baseline_start=0), slos) == []
 
 
 def test_detection_and_recovery_use_the_scaled_threshold(synth: Synth) -> None:
