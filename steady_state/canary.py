@@ -2,7 +2,8 @@
 
 Requests leave at a fixed rate from background tasks, independent of the sampler's tick,
 so a slow or hanging front door shows up as failures and long latencies rather than as a
-sampler that stalls. Every request becomes data: a refused connection is ``success 0``.
+sampler that stalls. Every request becomes data: a refused connection is ``success 0``, and
+its latencies count at the request timeout (see :func:`result_samples`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 from inferchaos.primitives.openai_stream import StreamResult, stream_completion_async
 from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.censoring import censored_labels
 
 logger = logging.getLogger(__name__)
 
@@ -56,20 +58,28 @@ class CanaryConfig:
             raise ConfigError(f"canary.max_tokens: must be at least 1, got {self.max_tokens!r}")
 
 
-def result_samples(result: StreamResult) -> list[Sample]:
-    """The Samples of one finished canary request.
+def result_samples(result: StreamResult, timeout_s: float) -> list[Sample]:
+    """The Samples of one finished canary request, whose timeout was ``timeout_s``.
 
-    Latencies are only reported for what was measured: a refused request has no TTFT, and
-    its near-zero e2e would make the e2e percentiles look better than the service is.
+    A failed request enters the latency percentiles at ``timeout_s`` as a censored sample
+    (steady_state/censoring.py): ``canary.e2e_s`` always, and ``canary.ttft_s`` when no first
+    token came (refused, timed out, broken off, or not sent at all). Left out, the percentiles
+    would be those of the survivors; at its near-zero measured e2e, a refusal would flatter
+    them. A failure after its first token keeps its measured TTFT. The replica the front door
+    named stays on every sample, so a replica's SLO counts its failures too.
     """
     labels = {"replica": result.replica} if result.replica else {}
     samples = [Sample("canary.success", 1.0 if result.ok else 0.0, labels)]
     if result.ttft_s is not None:
         samples.append(Sample("canary.ttft_s", result.ttft_s, labels))
+    elif not result.ok:
+        samples.append(Sample("canary.ttft_s", timeout_s, censored_labels(labels)))
     if result.inter_token_s is not None:
         samples.append(Sample("canary.itl_s", result.inter_token_s, labels))
     if result.ok:
         samples.append(Sample("canary.e2e_s", result.e2e_s, labels))
+    else:
+        samples.append(Sample("canary.e2e_s", timeout_s, censored_labels(labels)))
     return samples
 
 
@@ -151,7 +161,7 @@ class CanaryProbe:
         finished, self._finished = self._finished, []
         samples = []
         for result in finished:
-            samples.extend(result_samples(result))
+            samples.extend(result_samples(result, self.config.request_timeout_s))
             samples.extend(self._routed_samples(result))
         if self._runner is not None:
             now = asyncio.get_running_loop().time()

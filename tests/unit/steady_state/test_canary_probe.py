@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
 from inferchaos.errors import ConfigError
+from inferchaos.primitives.openai_stream import StreamResult
+from inferchaos.steady_state.aggregates import p95
 from inferchaos.steady_state.base import Sample
-from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe, phase_between_ticks
+from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe, phase_between_ticks, result_samples
 from inferchaos.steady_state.catalog import KNOWN_PROBES
+from inferchaos.steady_state.evaluation import evaluate_slo
+from inferchaos.steady_state.slo import ensure_slos_are_valid
+from inferchaos.steady_state.timeline import Row, Timeline
+from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
 
 if TYPE_CHECKING:
     from conftest import FakeServer
 
 # Generous: the machine running these tests may be busy; nothing here asserts speed.
 WAIT_S = 20.0
+CENSORED = {"censored": "1"}
+REPLICA_0 = {"replica": "replica-0"}
 
 
 async def collect(probe: CanaryProbe, enough: Callable[[list[Sample]], bool]) -> list[Sample]:
@@ -42,6 +51,11 @@ def per_request(samples: list[Sample]) -> list[Sample]:
 
 def waits(samples: list[Sample]) -> list[float]:
     return [s.value for s in samples if s.probe == "canary.oldest_wait_s"]
+
+
+def latencies(samples: list[Sample], probe: str) -> list[tuple[float, dict[str, str]]]:
+    """``(value, labels)`` of every sample of ``probe``, in the order read."""
+    return [(s.value, s.labels) for s in samples if s.probe == probe]
 
 
 async def timed_out_requests(fake_server: FakeServer, timeout_s: float) -> list[Sample]:
@@ -103,8 +117,10 @@ async def test_http_errors_are_failures_not_crashes(fake_server: FakeServer, can
     await canary.start()
     samples = await collect(canary, lambda s: len(successes(s)) >= 3)
     assert successes(samples) and set(successes(samples)) == {0.0}
-    # A failed request measured no first token and its e2e would flatter the percentiles.
-    assert not any(s.probe in ("canary.ttft_s", "canary.e2e_s") for s in samples)
+    # A refusal measured no first token, and its near-zero e2e would flatter the percentiles:
+    # both count at the timeout instead, marked censored, one of each per failed request.
+    for probe in ("canary.ttft_s", "canary.e2e_s"):
+        assert latencies(samples, probe) == [(10.0, CENSORED)] * len(successes(samples))
 
 
 async def test_an_error_event_inside_a_started_stream_is_a_failure(
@@ -114,9 +130,11 @@ async def test_an_error_event_inside_a_started_stream_is_a_failure(
     await canary.start()
     samples = await collect(canary, lambda s: len(successes(s)) >= 3)
     assert successes(samples) and set(successes(samples)) == {0.0}
-    # The first token did arrive before the error: its TTFT is real, the e2e of a failure is not.
-    assert any(s.probe == "canary.ttft_s" for s in samples)
-    assert not any(s.probe == "canary.e2e_s" for s in samples)
+    # The first token did arrive before the error: its TTFT is real, the e2e of a failure is
+    # not, and counts at the timeout.
+    ttft = [s for s in samples if s.probe == "canary.ttft_s"]
+    assert len(ttft) == len(successes(samples)) and all(s.labels == REPLICA_0 and s.value < 10 for s in ttft)
+    assert latencies(samples, "canary.e2e_s") == [(10.0, {**REPLICA_0, **CENSORED})] * len(successes(samples))
 
 
 async def test_a_stream_that_stalls_after_its_headers_is_a_failure_of_the_replica_they_named(
@@ -128,7 +146,11 @@ async def test_a_stream_that_stalls_after_its_headers_is_a_failure_of_the_replic
     # 1 s is ample for the headers of a local server even on a busy machine (a timeout before
     # them would be an unattributed failure).
     failures = await timed_out_requests(fake_server, timeout_s=1.0)
-    assert all(s.labels == {"replica": "replica-0"} for s in failures)
+    assert all(s.labels["replica"] == "replica-0" for s in failures)
+    # Censored at the timeout with the replica kept: replica-0's latency SLOs count them.
+    stalled = len(successes(failures))
+    assert latencies(failures, "canary.ttft_s") == [(1.0, {**REPLICA_0, **CENSORED})] * stalled
+    assert latencies(failures, "canary.e2e_s") == [(1.0, {**REPLICA_0, **CENSORED})] * stalled
 
 
 async def test_oldest_wait_shows_a_request_waiting_for_its_first_token(fake_server: FakeServer) -> None:
@@ -169,7 +191,8 @@ async def test_a_request_that_times_out_before_any_header_is_an_unattributed_fai
     fake_server.hang = asyncio.Event()
     failures = await timed_out_requests(fake_server, timeout_s=0.5)
     assert all("replica" not in s.labels for s in failures)
-    assert not [s for s in failures if s.probe == "canary.ttft_s"], "a request that never started has no TTFT"
+    # It never started: it enters the TTFT percentiles at its timeout, censored.
+    assert latencies(failures, "canary.ttft_s") == [(0.5, CENSORED)] * len(successes(failures))
 
 
 async def test_an_http_error_that_names_its_replica_is_that_replicas_failure(
@@ -192,7 +215,7 @@ async def test_an_error_event_keeps_the_replica_that_served_it(
     await canary.start()
     samples = await collect(canary, lambda s: len(successes(s)) >= 2)
     assert {s.value for s in samples if s.probe == "canary.success"} == {0.0}
-    assert all(s.labels == {"replica": "replica-0"} for s in per_request(samples))
+    assert all(s.labels["replica"] == "replica-0" for s in per_request(samples))
 
 
 async def test_refused_front_door_is_data_with_success_0(refused_url: str) -> None:
@@ -203,6 +226,7 @@ async def test_refused_front_door_is_data_with_success_0(refused_url: str) -> No
     finally:
         await probe.stop()
     assert len(successes(samples)) >= 3 and set(successes(samples)) == {0.0}
+    assert latencies(samples, "canary.ttft_s") == [(10.0, CENSORED)] * len(successes(samples))
 
 
 async def test_never_more_than_max_in_flight_and_excess_counts_as_failure(
@@ -216,6 +240,8 @@ async def test_never_more_than_max_in_flight_and_excess_counts_as_failure(
     assert fake_server.completions_started <= 4
     assert canary.dropped >= 5
     assert successes(samples) and set(successes(samples)) == {0.0}
+    # A request never sent waited as long as the user would have: it counts at the timeout.
+    assert latencies(samples, "canary.ttft_s") == [(10.0, CENSORED)] * len(successes(samples))
 
 
 async def test_stop_abandons_requests_in_flight(fake_server: FakeServer, canary: CanaryProbe) -> None:
@@ -295,3 +321,113 @@ async def test_a_refused_request_is_routed_nowhere(refused_url: str) -> None:
     samples = await collect(probe, lambda s: len(successes(s)) >= 2)
     await probe.stop()
     assert successes(samples) and routed(samples) == {}
+
+
+# One finished request of each kind, as stream_completion_async reports it.
+ANSWERED = StreamResult(True, 200, 0.1, 0.3, 3, "abc", "", "replica-1", [0.1, 0.2, 0.3])
+REFUSED = StreamResult(False, 0, None, 0.002, 0, "", "ConnectError: refused")
+NOT_SENT = StreamResult(False, 0, None, 0.0, 0, "", "not sent: 8 requests in flight")
+TIMED_OUT_AFTER_HEADERS = StreamResult(False, 0, None, 7.0, 0, "", "ReadTimeout: ", "replica-1")
+BROKE_OFF_AFTER_FIRST_TOKEN = StreamResult(
+    False, 0, 0.2, 0.4, 1, "a", "RemoteProtocolError: ", "replica-1", [0.2]
+)
+R1 = {"replica": "replica-1"}
+
+
+def latency_samples(result: StreamResult) -> set[tuple[str, float, str]]:
+    return {
+        (s.probe, s.value, s.label_text())
+        for s in result_samples(result, timeout_s=7.0)
+        if s.probe in ("canary.ttft_s", "canary.e2e_s")
+    }
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        # An answered request is exactly as measured: no censored label.
+        (ANSWERED, {("canary.ttft_s", 0.1, "replica=replica-1"), ("canary.e2e_s", 0.3, "replica=replica-1")}),
+        # No first token: both latencies at the timeout, censored, with whatever replica was named.
+        (REFUSED, {("canary.ttft_s", 7.0, "censored=1"), ("canary.e2e_s", 7.0, "censored=1")}),
+        (NOT_SENT, {("canary.ttft_s", 7.0, "censored=1"), ("canary.e2e_s", 7.0, "censored=1")}),
+        (TIMED_OUT_AFTER_HEADERS, {("canary.ttft_s", 7.0, "censored=1;replica=replica-1"),
+                                   ("canary.e2e_s", 7.0, "censored=1;replica=replica-1")}),
+        # A first token came: its TTFT is real, only the e2e of the failure is censored.
+        (BROKE_OFF_AFTER_FIRST_TOKEN, {("canary.ttft_s", 0.2, "replica=replica-1"),
+                                       ("canary.e2e_s", 7.0, "censored=1;replica=replica-1")}),
+    ],
+    ids=["answered", "refused", "not_sent", "timed_out_after_headers", "broke_off_after_first_token"],
+)  # fmt: skip
+def test_a_failed_request_counts_in_the_latencies_at_its_timeout(
+    result: StreamResult, expected: set[tuple[str, float, str]]
+) -> None:
+    assert latency_samples(result) == expected
+
+
+def test_a_replicas_latency_slo_counts_its_censored_failures() -> None:
+    # replica-1 answered 18 requests in 0.1 s and left 2 to time out: its TTFT p95 is the
+    # timeout, where counting the survivors alone read 0.1 s and held the SLO.
+    t0 = 1_800_000_000.0
+    results = [ANSWERED] * 18 + [TIMED_OUT_AFTER_HEADERS] * 2
+    timeline = Timeline()
+    timeline.append_tick(
+        [Row.from_sample(t0 + 1 + k, s) for k, r in enumerate(results) for s in result_samples(r, 7.0)]
+    )
+    timeline.mark("baseline_start", t0)
+    timeline.mark("end", t0 + 30)
+    doc = {"slos": [yaml.safe_load('{name: r1_ttft, probe: canary.ttft_s, labels: {replica: replica-1}, '
+                                   'agg: p95, op: "<=", threshold: 1.0, phase: baseline}')]}  # fmt: skip
+    (slo,) = ensure_slos_are_valid(doc).slos
+    result = evaluate_slo(timeline, slo)
+    assert (result.ok, result.observed, result.samples) == (False, 7.0, 20)
+
+
+@pytest.fixture
+def flaky_front_door() -> Iterator[FakeOpenAIServer]:
+    """The SSE fake: every 2nd completion answers HTTP 500, every 3rd (not 2nd) breaks off after
+    its first token."""
+    server = FakeOpenAIServer(
+        FakeBehaviour(chunks=3, first_delay_s=0.0, delay_s=0.0, fail_every=2, break_every=3)
+    ).start()
+    yield server
+    server.stop()
+
+
+def failure_kinds(samples: list[Sample]) -> tuple[int, int]:
+    """Failed requests without a first token (censored TTFT), and failed requests after one
+    (a censored e2e beside a measured TTFT)."""
+    censored_ttft = len([s for s in samples if s.probe == "canary.ttft_s" and s.labels == CENSORED])
+    censored_e2e = len([s for s in samples if s.probe == "canary.e2e_s" and s.labels == CENSORED])
+    return censored_ttft, censored_e2e - censored_ttft
+
+
+async def test_failures_through_the_front_door_enter_the_percentiles_censored(
+    flaky_front_door: FakeOpenAIServer,
+) -> None:
+    config = CanaryConfig(flaky_front_door.url, "fake-tiny-llama", rate_per_s=20.0, request_timeout_s=7.0)
+    probe = CanaryProbe(config)
+    await probe.start()
+    try:
+        samples = await collect(
+            probe,
+            lambda s: (
+                successes(s).count(1.0) >= 2 and min(failure_kinds(s)) >= 1 and sum(failure_kinds(s)) >= 4
+            ),
+        )
+    finally:
+        await probe.stop()
+    failed, answered = successes(samples).count(0.0), successes(samples).count(1.0)
+    ttft = latencies(samples, "canary.ttft_s")
+    e2e = latencies(samples, "canary.e2e_s")
+    # One TTFT and one e2e per request; every failure's e2e is censored at the timeout, and its
+    # TTFT too unless a first token came before the connection broke.
+    assert answered >= 2 and len(ttft) == len(e2e) == failed + answered
+    assert [v for v, labels in e2e if labels == CENSORED] == [7.0] * failed
+    without_token, after_token = failure_kinds(samples)
+    assert without_token >= 1 and after_token >= 1 and without_token + after_token == failed
+    assert {v for v, labels in ttft if labels == CENSORED} == {7.0}
+    assert all(labels == {} and v < 7.0 for v, labels in ttft if labels != CENSORED)
+    # More than a twentieth of the requests failed without a first token: the TTFT p95 is the
+    # timeout, where the survivors' p95 was a fraction of it.
+    assert without_token > len(ttft) / 20
+    assert p95([(0.0, v) for v, _ in ttft]) == 7.0
