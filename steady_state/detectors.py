@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferchaos.steady_state.aggregates import Point, p95
+from inferchaos.steady_state.censoring import is_censored
 from inferchaos.steady_state.timeline import Mark, Timeline, parse_labels
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,26 @@ def detect_tasks_pending_with_free_gpus(timeline: Timeline, min_duration_s: floa
     return []
 
 
+def _baseline_ttft(timeline: Timeline) -> tuple[list[Point], int]:
+    """The TTFT readings measured before the ``injected`` mark (none without it), and how many
+    failed requests' censored samples (steady_state/censoring.py) were left out of them."""
+    injected = timeline.marks.get(Mark.INJECTED)
+    measured: list[Point] = []
+    censored = 0
+    if injected is None:
+        return measured, censored
+    for row in timeline.select("canary.ttft_s", end=injected):
+        # The stall threshold scales with how long healthy requests waited. A failure sits at
+        # the timeout, a wait nobody measured, and five times it would put the threshold past
+        # the moment any request can still be waiting: a few baseline timeouts would blind
+        # the detector for the whole run.
+        if is_censored(row.labels):
+            censored += 1
+        else:
+            measured.append((row.t, row.value))
+    return measured, censored
+
+
 def detect_stalled_requests(
     timeline: Timeline, min_wait_s: float = 1.0, times_baseline: float = 5.0
 ) -> list[Finding]:
@@ -198,12 +219,12 @@ def detect_stalled_requests(
     below ``min_wait_s``, seconds before that request can time out. A hung engine behind a
     live API server is seen here first: its ``/health`` stays 200, its replica's metrics
     freeze, and the request itself only fails at its timeout. The baseline is the TTFT read
-    before the ``injected`` mark (none: the threshold is ``min_wait_s``). One finding per
-    episode above the threshold.
+    before the ``injected`` mark (none: the threshold is ``min_wait_s``), failed requests left
+    out (their censored samples sit at the timeout, not at a wait anyone measured); the
+    finding says how many it left out. One finding per episode above the threshold.
     """
-    injected = timeline.marks.get(Mark.INJECTED)
-    baseline = [p for ps in timeline.series("canary.ttft_s", end=injected).values() for p in ps]
-    base_p95 = p95(baseline) if injected is not None and baseline else None
+    baseline, censored = _baseline_ttft(timeline)
+    base_p95 = p95(baseline) if baseline else None
     threshold = max(min_wait_s, times_baseline * base_p95) if base_p95 is not None else min_wait_s
     waits = sorted(p for ps in timeline.series("canary.oldest_wait_s").values() for p in ps)
     findings: list[Finding] = []
@@ -220,6 +241,8 @@ def detect_stalled_requests(
             if base_p95 is not None
             else f"{min_wait_s:g} s, no baseline"
         )
+        if censored:
+            healthy += f"; {censored} failed baseline request(s) left out of that p95"
         findings.append(
             Finding(
                 kind="stalled_request",
@@ -227,7 +250,12 @@ def detect_stalled_requests(
                 subject="canary",
                 at=t,
                 message=f"a request waited {wait:.1f} s for its first token (threshold {threshold:.2f} s: {healthy})",
-                evidence={"wait_s": wait, "threshold_s": threshold, "baseline_ttft_p95_s": base_p95 or 0.0},
+                evidence={
+                    "wait_s": wait,
+                    "threshold_s": threshold,
+                    "baseline_ttft_p95_s": base_p95 or 0.0,
+                    "baseline_censored_left_out": float(censored),
+                },
             )
         )
     return findings

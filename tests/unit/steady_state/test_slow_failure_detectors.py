@@ -153,6 +153,22 @@ def test_the_threshold_follows_the_baseline_so_a_slow_machine_is_not_a_hang(synt
     assert finding.evidence["threshold_s"] == pytest.approx(2.0)
 
 
+def test_baseline_failures_counted_at_the_timeout_do_not_scale_the_stall_threshold(synth: Synth) -> None:
+    # Three baseline requests timed out (censored TTFT samples at the 10 s timeout). Had they
+    # counted, the threshold would have been 5 x 10 s and no request could ever stall long enough.
+    timeline = synth.timeline(
+        synth.rows("canary.ttft_s", [0.4] * 20, step=0.5),
+        synth.rows("canary.ttft_s", [10.0] * 3, start=2, step=2, labels={"censored": "1", "replica": "replica-0"}),
+        synth.rows("canary.oldest_wait_s", [0.4, 1.8, 2.4], start=10),
+        baseline_start=0,
+        injected=10,
+    )  # fmt: skip
+    (finding,) = detect_stalled_requests(timeline)
+    assert finding.evidence["threshold_s"] == pytest.approx(2.0)
+    assert finding.evidence["baseline_censored_left_out"] == 3
+    assert "3 failed baseline request(s) left out of that p95" in finding.message
+
+
 def test_one_finding_per_episode_and_run_detectors_includes_it(synth: Synth) -> None:
     timeline = hang_timeline(synth, [0.0, 1.5, 2.5, 0.0, 0.0, 1.2, 0.0])
     findings = detect_stalled_requests(timeline)

@@ -352,6 +352,24 @@ def test_a_replica_slower_than_before_and_than_its_neighbour_is_vllm(synth: Synt
     assert "took 13 x as long as before the fault and as on the other replicas" in result.reason
 
 
+def test_failed_requests_counted_at_the_timeout_are_not_a_slow_replica(synth: Synth) -> None:
+    # replica-0 answered as fast as ever and failed a few requests, censored at the 10 s timeout
+    # (steady_state/censoring.py). Those are failures, named by the canary.success rule, not
+    # answers 200 x slower.
+    timed_out = {"censored": "1", "replica": "replica-0"}
+    timeline = synth.timeline(
+        healthy_ray(synth),
+        calm_vllm(synth, "replica-0"),
+        calm_vllm(synth, "replica-1"),
+        synth.rows("canary.e2e_s", [0.05] * N, labels={"replica": "replica-0"}),
+        synth.rows("canary.e2e_s", [10.0] * 4, start=11, labels=timed_out),
+        synth.rows("canary.e2e_s", [0.05] * N, labels={"replica": "replica-1"}),
+    )
+    assert diagnose(synth, timeline).layer == "unknown"
+    (slow_replica,) = [r for r in RULES if r.probe == "canary.e2e_s"]
+    assert not slow_replica.reads(timed_out) and slow_replica.reads({"replica": "replica-0"})
+
+
 def test_every_replica_slowed_by_a_busy_machine_is_not_a_slow_replica(synth: Synth) -> None:
     # A crash-looping controller's restarts slowed both replicas 5 x: no replica is the outlier.
     timeline = synth.timeline(
