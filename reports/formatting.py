@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from inferchaos.reports.load import ControlRecord, RunRecord, SloRecord
+from inferchaos.steady_state.censoring import is_censored
 from inferchaos.steady_state.slo import Op, Phase
 
 # The comparison that makes an SLO fail, for messages such as "observed 2.31 > threshold <= 1.5".
@@ -193,3 +195,50 @@ def control_line(control: ControlRecord) -> str:
     if control.result == "passed":
         return "control PASSED: the scenario cannot catch this"
     return f"control not proven: {control.message}"
+
+
+@dataclass(frozen=True)
+class CensoredCount:
+    """One phase's canary requests, and how many of them entered TTFT censored at the timeout."""
+
+    phase: Phase
+    censored: int
+    requests: int
+
+
+def censored_counts(run: RunRecord) -> tuple[list[CensoredCount], float | None]:
+    """Per phase with canary requests (in phase order), the censored ``canary.ttft_s`` samples
+    among its requests (``canary.success`` readings), and the timeout they were counted at
+    (None when there was none)."""
+    requests: dict[Phase, int] = {}
+    censored: dict[Phase, int] = {}
+    timeout: float | None = None
+    phases = run.phases
+    for row in run.timeline.rows:
+        if not row.ok or row.probe not in ("canary.success", "canary.ttft_s"):
+            continue
+        phase = phases.phase_at(row.t)
+        if phase is None:
+            continue
+        if row.probe == "canary.success":
+            requests[phase] = requests.get(phase, 0) + 1
+        elif is_censored(row.labels):
+            censored[phase] = censored.get(phase, 0) + 1
+            timeout = row.value if timeout is None else max(timeout, row.value)
+    counts = [CensoredCount(p, censored.get(p, 0), requests[p]) for p in Phase if p in requests]
+    return counts, timeout
+
+
+def censored_summary(run: RunRecord) -> str | None:
+    """How many requests count in TTFT at the timeout, per phase: ``baseline 0 of 20, during 4 of
+    61, recovery 0 of 30 requests failed or timed out and count at the 10 s timeout``; None for
+    a run without canary requests."""
+    counts, timeout = censored_counts(run)
+    if not counts:
+        return None
+    if timeout is None:
+        # "0 failed" would be untrue of a run recorded before failures were counted: say only
+        # that none was counted.
+        return "none (" + ", ".join(f"{c.phase.value} {c.requests}" for c in counts) + " requests)"
+    per_phase = ", ".join(f"{c.phase.value} {c.censored} of {c.requests}" for c in counts)
+    return f"{per_phase} requests failed or timed out and count at the {timeout:g} s timeout"

@@ -61,6 +61,10 @@ def _slos(run: RunRecord) -> Raw:
         )  # fmt: skip
     if not parts:
         parts.append(tag("p", "This run declared no SLO.", cls="muted"))
+    censored = fmt.censored_summary(run)
+    if censored is not None:
+        # Beside the tables whose latency percentiles count these requests.
+        parts.insert(0, tag("p", join([tag("strong", "Censored TTFT: "), censored]), id="censored"))
     return _section("slos", "SLOs", join(parts))
 
 

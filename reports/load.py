@@ -176,6 +176,19 @@ class PhaseTimes:
             return self.injected is not None
         return self.reverted is not None
 
+    def phase_at(self, t: float) -> Phase | None:
+        """The phase time ``t`` falls in, cut as evaluation cuts it (baseline up to the
+        injection, during up to the revert, recovery to the end); None outside the run."""
+        if (self.baseline_start is not None and t < self.baseline_start) or (
+            self.end is not None and t > self.end
+        ):
+            return None
+        if self.reverted is not None and t >= self.reverted:
+            return Phase.RECOVERY
+        if self.injected is not None and t >= self.injected:
+            return Phase.DURING
+        return Phase.BASELINE
+
 
 @dataclass(frozen=True)
 class RunRecord:

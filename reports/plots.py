@@ -27,6 +27,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from inferchaos.reports.load import RunRecord
+from inferchaos.steady_state.censoring import is_censored
 from inferchaos.steady_state.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class Line:
     points: Points
     group: str = ""
     dashed: bool = False
+    # Marks at each point, unjoined: events (a failed request), not a quantity over time.
+    dots: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,12 @@ def pooled(timeline: Timeline, probe: str) -> Points:
     """Every usable reading of ``probe`` in time order, whatever its labels (the canary's view
     of the whole stack does not care which replica answered)."""
     return sorted((row.t, row.value) for row in timeline.select(probe))
+
+
+def pooled_latency(timeline: Timeline, probe: str, *, censored: bool) -> Points:
+    """:func:`pooled` readings of a canary latency ``probe``: only the measured ones, or only the
+    failed requests censored at their timeout (steady_state/censoring.py)."""
+    return sorted((row.t, row.value) for row in timeline.select(probe) if is_censored(row.labels) is censored)
 
 
 def per_label(timeline: Timeline, probe: str, key: str) -> dict[str, Points]:
@@ -136,8 +145,16 @@ def _by_label(probe: str, key: str, scale: float = 1.0) -> Callable[[Timeline], 
 
 def _canary_latency(timeline: Timeline) -> list[Line]:
     return [
-        Line("TTFT", pooled(timeline, "canary.ttft_s"), group="ttft"),
-        Line("end to end", pooled(timeline, "canary.e2e_s"), group="e2e"),
+        Line("TTFT", pooled_latency(timeline, "canary.ttft_s", censored=False), group="ttft"),
+        Line("end to end", pooled_latency(timeline, "canary.e2e_s", censored=False), group="e2e"),
+        # The percentiles count a failed request at its timeout; joined into the TTFT line it
+        # would read as an answer that took that long. Every failure has a censored e2e.
+        Line(
+            "failed, counted at the timeout",
+            pooled_latency(timeline, "canary.e2e_s", censored=True),
+            group="failed",
+            dots=True,
+        ),
         # A hung engine finishes no request until the timeout: this line climbs while it hangs.
         Line(
             "oldest waiting for a first token",
@@ -270,10 +287,14 @@ def _draw(spec: PlotSpec, lines: Sequence[Line], marks: Markers) -> str:
         groups: dict[str, str] = {}
         for line in lines:
             colour = groups.setdefault(line.group or line.label, colours[len(groups) % len(colours)])
-            points = with_gaps(line.points)
+            points = line.points if line.dots else with_gaps(line.points)
+            if line.dots:
+                linestyle, marker = "none", "x"
+            else:
+                linestyle, marker = "--" if line.dashed else "-", "." if len(points) < 3 else ""
             axes.plot([t - marks.origin for t, _ in points], [v for _, v in points],
                       label=_legend_label(line.label), color=colour, linewidth=1.4,
-                      linestyle="--" if line.dashed else "-", marker="." if len(points) < 3 else "")  # fmt: skip
+                      linestyle=linestyle, marker=marker)  # fmt: skip
         _mark_fault(axes, marks)
         if spec.ylim is not None:
             axes.set_ylim(*spec.ylim)

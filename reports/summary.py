@@ -39,6 +39,12 @@ def _slo_table(run: RunRecord) -> list[str]:
     return lines
 
 
+def _censored(run: RunRecord) -> list[str]:
+    """The line on failed requests counted in TTFT at the timeout, if the run had a canary."""
+    text = fmt.censored_summary(run)
+    return [] if text is None else [f"- Censored TTFT: {_line(text)}"]
+
+
 def _triage(run: RunRecord) -> str:
     triage = run.verdict.triage
     if triage.layer is None:
@@ -61,6 +67,7 @@ def render_summary(run: RunRecord, files: Sequence[str]) -> str:
         ),
         *_slo_table(run),
         "",
+        *_censored(run),
         f"- Time to detect: {fmt.detection_summary(run)}",
         f"- Time to recover: {fmt.recovery_summary(run)}",
         f"- {_triage(run)}",
