@@ -19,7 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError, Unsupported
+from inferchaos.errors import (
+    ConfigError,
+    EnvironmentError_,
+    InferchaosError,
+    PlatformDidNotRecover,
+    Unsupported,
+)
 from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.experiments.journal import Act, FaultActs, build_journal
@@ -87,6 +93,9 @@ class _RunState:
     stop: dict[str, Any] | None = None
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
+    # Reverts that did their part while the platform did not come back (PlatformDidNotRecover):
+    # the platform's failure, so the run ends `failed`, not `error` as for the harness's own.
+    no_recovery: list[str] = field(default_factory=list)
     sampler_error: BaseException | None = None
     # The phase an exception broke, kept before the revert renames the phase to "reverting".
     failed_phase: str | None = None
@@ -418,7 +427,10 @@ class Runner:
             raise
         finally:
             await self._revert(timeline)
-        if self._state.handle is not None and not self._state.interrupted and not self._state.errors:
+        # A revert that waited out the platform leaves no recovery to sample (its wait outlasts the window).
+        if self._state.handle is not None and not (
+            self._state.interrupted or self._state.errors or self._state.no_recovery
+        ):
             self._state.recovery_sampled = True
             await self._recovery(timeline)
             self._state.evidence_after = await asyncio.to_thread(
@@ -524,9 +536,14 @@ class Runner:
         cause = str(error) if isinstance(error, InferchaosError) else f"{type(error).__name__}: {error}"
         if not isinstance(error, InferchaosError):
             logger.error("revert of %s raised", handle.fault, exc_info=error)
-        self._state.errors.append(
-            f"{self._act_name(fault, 'revert')} failed: {cause}; the ledger keeps {handle.id}: run `inferchaos cleanup`"
-        )
+        keeps = f"the ledger keeps {handle.id}: run `inferchaos cleanup`"
+        if isinstance(error, PlatformDidNotRecover):
+            who = handle.fault if fault is self.fault else f"sabotage {handle.fault}"
+            self._state.no_recovery.append(
+                f"no recovery: {who} revert: {cause.removeprefix(f'{handle.fault}: ')}; {keeps}"
+            )
+        else:
+            self._state.errors.append(f"{self._act_name(fault, 'revert')} failed: {cause}; {keeps}")
         self._progress(f"revert of {handle.fault} failed: {cause}")
         return {"ok": False, "error": cause}, cancelled
 
@@ -757,7 +774,7 @@ class Runner:
             if state.handle is None:
                 return Status.ABORTED, "interrupted before the injection; nothing was injected"
             if state.rollback_output is not None and not state.rollback_output.get("ok"):
-                return Status.ABORTED, "interrupted; " + "; ".join(state.errors)
+                return Status.ABORTED, "interrupted; " + "; ".join([*state.errors, *state.no_recovery])
             return Status.ABORTED, "interrupted; the fault was rolled back"
         if state.stop and state.stop.get("kind") == "baseline":
             return Status.ABORTED, state.stop["reason"]
@@ -765,6 +782,8 @@ class Runner:
             return Status.ABORTED, f"{state.stop['reason']}; rolled back at once"
         if state.errors:
             return Status.ERROR, "; ".join(state.errors)
+        if state.no_recovery:
+            return Status.FAILED, "; ".join(state.no_recovery)
         if fault is None:
             return Status.ERROR, "the fault was not injected"
         if not fault.effect_observed:

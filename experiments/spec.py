@@ -242,6 +242,38 @@ def check_fault_arguments(
         raise _fail(path, key, str(e)) from e
 
 
+def ensure_recovery_window_is_shorter_than_the_revert(path: Path, step: FaultStep, slos: SloSpec) -> None:
+    """Refuse a recovery window that equals or exceeds the time the fault's revert waits for the platform.
+
+    Past that wait the revert gives up (PlatformDidNotRecover) before the window has judged, so a
+    platform back late could only ever time out the revert: the window must be what fails it.
+    """
+    rec = slos.recovery
+    fault = registry.get_fault(step.fault)
+    if rec is None or not isinstance(fault, TypedFault):
+        return
+    wait = fault.revert_wait(fault.parse({k: v for k, v in step.params.items() if v is not None}))
+    if wait is None:
+        return
+    arg = f"method[{step.index}].provider.arguments.{wait.key}"
+    if rec.within_cold_starts is not None:
+        raise _fail(path, "recovery.within_cold_starts",
+                    f"a window that grows with the replicas' cold start may outlast the revert's fixed wait "
+                    f"for the platform ({arg}); give within_s alone")  # fmt: skip
+    after_revert_s = wait.after_revert_s(step.duration_s)
+    if rec.within_s < after_revert_s:
+        return
+    counted = (
+        f"{arg} {wait.seconds:g} s counted from the injection, less pauses.after {step.duration_s:g} s"
+        if wait.from_inject
+        else f"{arg} {wait.seconds:g} s"
+    )
+    raise _fail(path, "recovery.within_s",
+                f"{rec.within_s:g} s must be shorter than the revert's own wait for the platform "
+                f"({after_revert_s:g} s: {counted}): a platform back late would time out the revert, "
+                f"not fail the window; raise {arg}")  # fmt: skip
+
+
 def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:
     if raw is None:
         return ()
@@ -299,6 +331,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from e
     stop_conditions = _stop_conditions(path, raw.get("stop_conditions"))
+    ensure_recovery_window_is_shorter_than_the_revert(path, fault, slos)
     _ensure_chaostoolkit_accepts(raw, path)
     return ExperimentSpec(
         path=path,

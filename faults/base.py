@@ -31,15 +31,37 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class RevertWait:
+    """How long a fault's revert waits for the platform to come back before it raises
+    :class:`~inferchaos.errors.PlatformDidNotRecover`.
+
+    ``key``: the parameter that sets it. ``from_inject``: the wait is a deadline counted from
+    the injection, not from the revert, so the time the fault is held uses part of it.
+    """
+
+    seconds: float
+    key: str
+    from_inject: bool = False
+
+    def after_revert_s(self, held_s: float) -> float:
+        """The wait counted from the revert, for a fault held ``held_s`` seconds before it."""
+        return max(0.0, self.seconds - held_s) if self.from_inject else self.seconds
+
+
 @dataclass
 class FaultPlan:
-    """What a fault would do, for --dry-run and blast-radius checks; touches nothing."""
+    """What a fault would do, for --dry-run and blast-radius checks; touches nothing.
+
+    ``revert_wait``: how long its revert waits for the platform (None: it does not wait).
+    """
 
     fault: str
     layer: Layer
     description: str
     targets: list[str]
     params: dict[str, Any] = field(default_factory=dict)
+    revert_wait: RevertWait | None = None
 
 
 @dataclass
@@ -132,11 +154,20 @@ class TypedFault(Fault, Generic[P, E]):
         parsed: P = parse_params(self.name, self.params_type, params)
         return parsed
 
+    def revert_wait(self, params: P) -> RevertWait | None:
+        """How long the revert waits for the platform to come back; None where it does not wait.
+
+        The one place that says it: validation reads it to keep every recovery window shorter
+        (a platform back after the window must fail the window, not time out the revert).
+        """
+        return None
+
     def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
         opened = self._open(env)
         planned = self._checked_plan(opened, params)
         recorded = dict(params) if planned.params is None else planned.params
-        return FaultPlan(self.name, self.layer, planned.description, planned.targets, recorded)
+        wait = self.revert_wait(self.parse(recorded))
+        return FaultPlan(self.name, self.layer, planned.description, planned.targets, recorded, wait)
 
     def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
         opened = self._open(env)

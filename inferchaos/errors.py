@@ -57,5 +57,16 @@ class FaultError(InferchaosError):
     """A fault could not be planned, injected or reverted."""
 
 
+class PlatformDidNotRecover(FaultError):
+    """A revert did its part, but the platform did not come back within the revert's own wait.
+
+    The platform failed, not inferchaos: the runner ends such a run ``failed`` (exit 1) with this
+    reason, where its own problems end ``error``. The revert leaves its ledger entry, so
+    `inferchaos cleanup` can wait again. A fault whose revert raises it says how long it waits
+    (:meth:`inferchaos.faults.base.TypedFault.revert_wait`), so that validation can keep every
+    recovery window shorter than that wait.
+    """
+
+
 class ProbeError(InferchaosError):
     """A probe could not read its layer."""

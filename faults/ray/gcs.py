@@ -21,8 +21,9 @@ Revert starts the recorded command again, the way Ray's own tests restart a GCS
 own so that it outlives the runner; then it waits until the GCS answers Ray's state API with
 every node that was ALIVE before ALIVE again, and records the nodes and Serve's actors as they
 are then. It starts nothing when a GCS of the environment already runs (a second revert, or the
-kill never happened), so two GCS never serve one cluster. It raises FaultError, leaving the
-ledger entry, when the GCS does not answer within ``recover_timeout_s``.
+kill never happened), so two GCS never serve one cluster. It raises PlatformDidNotRecover (a
+platform failure, which fails the run), leaving the ledger entry, when the GCS does not answer
+within ``recover_timeout_s``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from typing import Any
 
 import psutil
 
-from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
+from inferchaos.errors import ConfigError, EnvironmentError_, FaultError, PlatformDidNotRecover
 from inferchaos.faults.base import (
     Evidence,
     FaultHandle,
     Planned,
+    RevertWait,
     TypedFault,
     require_capability,
     set_times,
@@ -256,6 +258,10 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
     layer = Layer.RAY
     params_type = KillGcsParams
 
+    def revert_wait(self, params: KillGcsParams) -> RevertWait:
+        # Counted from the restart, which the revert does first.
+        return RevertWait(params.recover_timeout_s, "recover_timeout_s")
+
     def _open(self, env: Any) -> GcsEnvironment:
         return require_capability(
             self.name,
@@ -386,7 +392,8 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
             state["outage"] = outage
         ledger.record(handle)
         if not state.get("back_at"):
-            raise FaultError(
+            # The restart was done: a GCS that does not come back is the platform's failure.
+            raise PlatformDidNotRecover(
                 f"{self.name}: the GCS did not answer with every node ALIVE within {params.recover_timeout_s:g} s "
                 f"of its restart (last seen: {state.get('last_seen', 'nothing')}); the ledger entry stays for "
                 "`inferchaos cleanup`"

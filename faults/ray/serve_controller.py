@@ -16,8 +16,9 @@ own requests are what it reports as served during the outage: those *sent* betwe
 the moment the watcher saw the controller back.
 
 Revert has nothing to undo, since Ray brings the controller back; it waits for that (until
-``recover_timeout_s`` after the kill, and at least one read) and raises FaultError, leaving the
-ledger entry, when the controller is not ALIVE in a new process by then. A revert in another
+``recover_timeout_s`` after the kill, and at least one read) and raises PlatformDidNotRecover (a
+platform failure, which fails the run), leaving the ledger entry, when the controller is not
+ALIVE in a new process by then. A revert in another
 process than the inject (``inferchaos cleanup`` after a crash) has no watcher: it records the
 time *it* saw the controller back (``back_seen_by: revert``), an upper bound.
 """
@@ -33,11 +34,12 @@ from typing import Any
 
 import psutil
 
-from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
+from inferchaos.errors import ConfigError, EnvironmentError_, FaultError, PlatformDidNotRecover
 from inferchaos.faults.base import (
     Evidence,
     FaultHandle,
     Planned,
+    RevertWait,
     TypedFault,
     require_capability,
     set_times,
@@ -413,6 +415,11 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
     layer = Layer.RAY
     params_type = KillServeControllerParams
 
+    def revert_wait(self, params: KillServeControllerParams) -> RevertWait:
+        # A controller kept down can only come back once the revert stops the crash loop;
+        # otherwise Ray restarts it at once and the deadline counts from the kill.
+        return RevertWait(params.recover_timeout_s, "recover_timeout_s", from_inject=not params.keep_down)
+
     def _open(self, env: Any) -> ServeProcessEnvironment:
         return require_capability(
             self.name,
@@ -542,9 +549,10 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
         ledger.record(handle)
         if not state.get("back_at"):
             timeout = params.recover_timeout_s
+            since = "the revert" if params.keep_down else "the kill"
             seen = state.get("last_seen") or (state.get("outage") or {}).get("last_state") or "unknown"
-            raise FaultError(
-                f"{self.name}: Serve's controller was not ALIVE in a new process within {timeout:g} s of the kill "
+            raise PlatformDidNotRecover(
+                f"{self.name}: Serve's controller was not ALIVE in a new process within {timeout:g} s of {since} "
                 f"(last seen: {seen}); the ledger entry stays for `inferchaos cleanup`"
             )
         logger.info(

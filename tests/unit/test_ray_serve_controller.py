@@ -22,7 +22,7 @@ import psutil
 import pytest
 from ray.util.state.common import ActorState
 
-from inferchaos.errors import ConfigError, EnvironmentError_, FaultError
+from inferchaos.errors import ConfigError, EnvironmentError_, PlatformDidNotRecover
 from inferchaos.faults.base import FaultHandle, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray import serve_controller
@@ -407,7 +407,7 @@ def test_revert_raises_and_keeps_the_entry_when_the_controller_never_comes_back(
     fault = get_fault(NAME)
     handle = fault.inject(env, {"recover_timeout_s": 1}, ledger)
     with pytest.raises(
-        FaultError, match=rf"^{NAME}: Serve's controller was not ALIVE in a new process within 1 s of the kill "
+        PlatformDidNotRecover, match=rf"^{NAME}: Serve's controller was not ALIVE in a new process within 1 s of the kill "
         r"\(last seen: RESTARTING\)"
     ):  # fmt: skip
         fault.revert(env, handle, ledger)
