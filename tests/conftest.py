@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 # The shared fakes' fixtures (tests/fakes); every other fake is imported from tests.fakes.
-pytest_plugins = ["tests.fakes.k8s_fixtures", "tests.fakes.gpu_fixtures"]
+# tests.skips: under INFERCHAOS_STRICT_SKIPS (.ci/run) a skip fails, unless declared allowed.
+pytest_plugins = ["tests.fakes.k8s_fixtures", "tests.fakes.gpu_fixtures", "tests.skips"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from inferchaos.environments.local.env import LocalEnvironment
+from tests.skips import host_lacks, require
 
 
 def healthy_replica_names(env: LocalEnvironment) -> set[str]:
@@ -70,14 +71,25 @@ def stopped_processes(env: LocalEnvironment) -> list[int]:
     return stopped
 
 
+def skip_unless_on_netns(env: LocalEnvironment) -> None:
+    """Skip a test that needs worker namespaces where the environment runs on loopback: naming the
+    packages CI installs where they are missing (tests/skips.py), else as what this host lacks."""
+    network = env.network()
+    if network.mode == "netns":
+        return
+    from inferchaos.primitives.netns import missing_tools
+
+    missing = tuple(missing_tools())
+    require(missing, not missing, f"what worker namespaces need ({', '.join(missing)})")
+    host_lacks(f"the environment is on loopback: {network.reason}")
+
+
 def skip_unless_it_can_run(scenario: str, env: LocalEnvironment) -> None:
     """Skip, with the reason, a scenario this machine or environment cannot run: gpu_memory_squat
     without replica memory budgets, a network scenario on loopback."""
-    import pytest
-
     from inferchaos.primitives.memory_budget import budgets_available
 
     if scenario == "gpu_memory_squat" and not budgets_available()[0]:
-        pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
-    if scenario.startswith("network_") and (network := env.network()).mode != "netns":
-        pytest.skip(f"the environment is on loopback: {network.reason}")
+        host_lacks(f"no replica memory budgets here: {budgets_available()[1]}")
+    if scenario.startswith("network_"):
+        skip_unless_on_netns(env)

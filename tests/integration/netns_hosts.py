@@ -12,8 +12,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
-
 from inferchaos.primitives.link_delay import missing_tools as missing_link_tools
 from inferchaos.primitives.netns import (
     NetnsPlan,
@@ -24,6 +22,7 @@ from inferchaos.primitives.netns import (
     parse_subnet,
     run_commands,
 )
+from tests.skips import host_lacks, require
 
 
 def netns_unavailable(subnet: str, *, degraded_links: bool = False) -> str | None:
@@ -47,12 +46,20 @@ def netns_unavailable(subnet: str, *, degraded_links: bool = False) -> str | Non
     )
 
 
+def skip_unless_netns_can_be_made(subnet: str, *, degraded_links: bool = False) -> None:
+    """Skip the running test where namespaces on ``subnet`` cannot be made: naming the packages CI
+    installs where they are missing (tests/skips.py), else as what this host lacks."""
+    missing = tuple(sorted({*missing_tools(), *(missing_link_tools() if degraded_links else ())}))
+    require(missing, not missing, f"what the namespaces need ({', '.join(missing)})")
+    if (why := netns_unavailable(subnet, degraded_links=degraded_links)) is not None:
+        host_lacks(why)
+
+
 @contextmanager
 def worker_hosts(subnet: str, *, workers: int = 2, degraded_links: bool = False) -> Iterator[NetnsPlan]:
     """``workers`` namespaces off a bridge on ``subnet``, made for the test and removed after it
     (skips, saying why, where they cannot be made); asserts that nothing of them is left."""
-    if (why := netns_unavailable(subnet, degraded_links=degraded_links)) is not None:
-        pytest.skip(why)
+    skip_unless_netns_can_be_made(subnet, degraded_links=degraded_links)
     before = set(host_names())
     made = NetnsPlan(f"t{uuid.uuid4().hex[:10]}", parse_subnet(subnet), workers=workers)
     try:

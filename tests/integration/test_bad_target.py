@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from env_checks import skip_unless_on_netns
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
@@ -57,8 +58,7 @@ def test_a_partition_of_a_worker_that_does_not_exist_exits_2_and_makes_nothing(
 ) -> None:
     from inferchaos.primitives.netns import host_names
 
-    if (network := local_env.network()).mode != "netns":
-        pytest.skip(f"the environment is on loopback: {network.reason}")
+    skip_unless_on_netns(local_env)
     workers = sorted(n.name for n in local_env.load_state().nodes if not n.is_head and not n.lost)
     before = sorted(host_names())
     out = tmp_path / "runs"

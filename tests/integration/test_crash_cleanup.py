@@ -19,11 +19,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from env_checks import stopped_processes, wait_until_whole
+from env_checks import skip_unless_on_netns, stopped_processes, wait_until_whole
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
 from inferchaos.primitives.vllm_metrics import parse_metrics
+from tests.skips import host_lacks
 
 pytestmark = pytest.mark.integration
 
@@ -131,11 +132,11 @@ def test_cleanup_after_kill_9_restores_the_environment(
 
     name, acting = CASES[case]
     if name == "gpu_memory_squat.yaml" and not budgets_available()[0]:
-        pytest.skip(f"no replica memory budgets here: {budgets_available()[1]}")
+        host_lacks(f"no replica memory budgets here: {budgets_available()[1]}")
     if case == "slow_engine+cgroup" and cpu_quota_available()[0] is None:
-        pytest.skip(f"no writable cpu cgroup here: {cpu_quota_available()[1]}")
-    if case in NETWORK_CASES and (network := local_env.network()).mode != "netns":
-        pytest.skip(f"the environment is on loopback: {network.reason}")
+        host_lacks(f"no writable cpu cgroup here: {cpu_quota_available()[1]}")
+    if case in NETWORK_CASES:
+        skip_unless_on_netns(local_env)
     experiment = _experiment(case, name, tmp_path)
     wait_until_whole(local_env)
     links_before = _link_state(local_env) if case in NETWORK_CASES else {}

@@ -33,6 +33,7 @@ from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.gcs import GcsStorage
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.processes import pid_alive
+from tests.skips import require
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +83,7 @@ def gcs_env(
     local_env: LocalEnvironment, env_config: LocalEnvConfig, integration_home: Path
 ) -> Iterator[LocalEnvironment]:
     """The shared environment started again with --gcs-ft; left up for the teardown tests."""
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run installs it)")
+    require("redis-server", shutil.which("redis-server"), "redis-server")
     environment = LocalEnvironment(
         replace(env_config, gcs_ft=True), state_dir=integration_home / "env" / "local", progress=print
     )
@@ -195,7 +195,9 @@ def test_gameday_ha_passes_and_its_control_fails_as_expected(
     gcs_env: LocalEnvironment, integration_home: Path, tmp_path: Path
 ) -> None:
     wait_until_whole(gcs_env)
-    result = _cli(["gameday", "--suite", "ha", "--controls", "--out", str(tmp_path)], integration_home, 900)
+    # --strict: a scenario skipped here (exit 0 otherwise) fails the day, as CI requires.
+    result = _cli(["gameday", "--suite", "ha", "--controls", "--strict", "--out", str(tmp_path)],
+                  integration_home, 900)  # fmt: skip
     print(result.stdout[-4000:], result.stderr[-2000:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "gcs_loss.control" in result.stdout

@@ -27,6 +27,8 @@ RESTORE_WITHIN_S = 20.0
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(CPU is None, reason=f"no writable cpu cgroup here: {NO_CPU_CGROUP}"),
+    # A writable cpu controller is the host's: no package CI installs gives it.
+    pytest.mark.may_skip("no writable cpu cgroup on this host"),
 ]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns_hosts import netns_unavailable, worker_hosts
+from netns_hosts import skip_unless_netns_can_be_made, worker_hosts
 
 from inferchaos.primitives.netns import (
     Direction,
@@ -27,6 +27,7 @@ from inferchaos.primitives.netns import (
     partition_ruleset,
     run_commands,
 )
+from tests.skips import host_lacks
 
 pytestmark = pytest.mark.integration
 
@@ -112,8 +113,7 @@ def test_a_partition_cuts_the_worker_off_the_head_in_its_direction_and_its_rever
 
 
 def test_env_up_on_a_subnet_that_overlaps_a_host_route_exits_2_before_anything_starts(tmp_path: Path) -> None:
-    if (why := netns_unavailable(SUBNET)) is not None:
-        pytest.skip(why)
+    skip_unless_netns_can_be_made(SUBNET)
     routes = parse_routes(
         subprocess.run(
             ["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True
@@ -121,7 +121,7 @@ def test_env_up_on_a_subnet_that_overlaps_a_host_route_exits_2_before_anything_s
     )
     taken = next((network for network, dev in routes if network.prefixlen <= 29 and dev != "lo"), None)
     if taken is None:
-        pytest.skip("the host has no route of its own to collide with")
+        host_lacks("the host has no route of its own to collide with")
     before = sorted(host_names())
     home = tmp_path / "home"
     result = subprocess.run(

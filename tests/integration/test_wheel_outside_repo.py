@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
+from tests.skips import host_lacks
 from tests.wheel_build import REPO, build_wheel
 
 pytestmark = pytest.mark.integration
@@ -99,7 +100,7 @@ def _install(venv: Path, wheel: Path) -> None:
     if done.returncode != 0:
         output = done.stdout + done.stderr
         if any(marker in output for marker in UNREACHABLE):
-            pytest.skip(f"the package registry cannot be reached: {output.strip().splitlines()[-1]}")
+            host_lacks(f"the package registry cannot be reached: {output.strip().splitlines()[-1]}")
         pytest.fail(f"pip install {wheel.name} failed (exit {done.returncode}):\n{output[-4000:]}")
 
 

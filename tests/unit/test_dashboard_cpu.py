@@ -90,6 +90,7 @@ def test_a_head_without_a_dashboard_is_left_alone(tmp_path: Path, monkeypatch: p
 
 
 @pytest.mark.skipif(REAL_CPU is None, reason=f"no writable cpu cgroup here: {NO_CPU_CGROUP}")
+@pytest.mark.may_skip("a writable cpu cgroup is the host's, no package gives it")
 def test_the_dashboard_runs_in_a_half_core_group_that_env_down_removes(head: psutil.Process) -> None:
     assert REAL_CPU is not None
     env_id = uuid.uuid4().hex[:12]

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from inferchaos.environments.local.config import LocalEnvConfig
@@ -41,6 +40,7 @@ from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.primitives.ray_nodes import NodePorts, RayNodeRecord
 from inferchaos.primitives.vllm_metrics import parse_metrics
 from inferchaos.primitives.vllm_promql import KEPT_METRICS, PromVllmSelector
+from tests.skips import needs_package
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,9 +71,7 @@ def test_every_job_scrapes_each_second_and_gives_up_on_a_target_within_its_tick(
         assert job["file_sd_configs"][0]["files"] == [str(tmp_path / f"{name}.json")]
 
 
-@pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="the distribution's prometheus (promtool) is not installed"
-)
+@needs_package("prometheus", shutil.which("promtool"), "the distribution's prometheus (promtool)")
 def test_the_real_promtool_accepts_the_scrape_config_and_its_rules(tmp_path: Path) -> None:
     for job in (VLLM_JOB, HEALTH_JOB, RAY_JOB):
         write_targets(tmp_path, job, [Target("127.0.0.1:8100", {"replica": "replica-0"})])

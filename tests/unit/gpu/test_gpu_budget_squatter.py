@@ -24,6 +24,7 @@ from inferchaos.faults.gpu.launch import (
 from inferchaos.faults.gpu.restart import budget_rss_bytes, wait_budget_released
 from inferchaos.primitives.memory_budget import MemoryBudget, budget_memory, budgets_available, open_budget
 from inferchaos.primitives.processes import kill_tree_now, pid_alive
+from tests.skips import host_lacks
 
 MIB = 1024 * 1024
 
@@ -32,7 +33,7 @@ MIB = 1024 * 1024
 def budget() -> Iterator[MemoryBudget]:
     usable, why = budgets_available()
     if not usable:
-        pytest.skip(f"memory budgets are unavailable here: {why}")
+        host_lacks(f"memory budgets are unavailable here: {why}")
     made = open_budget(f"inferchaos-unit-{uuid.uuid4().hex[:8]}-replica-0", 256 * MIB)
     yield made
     for pid in made.pids():
@@ -65,7 +66,7 @@ def test_squatter_larger_than_its_budget_fails_with_the_kernels_verdict(
     budget: MemoryBudget, tmp_path: Path
 ) -> None:
     if psutil.swap_memory().total > 0:
-        pytest.skip("with swap the kernel may swap the squatter out rather than kill it")
+        host_lacks("with swap the kernel may swap the squatter out rather than kill it")
     spec = SquatterSpec(
         "host", "host:0", 512 * MIB, uuid.uuid4().hex[:12], tmp_path / "squatter.log", budget=budget
     )

@@ -14,13 +14,14 @@ from inferchaos.faults.gpu.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger
 from inferchaos.primitives.nvml import Nvml
 from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml
+from tests.skips import host_lacks
 
 
 def test_a_squatter_that_cannot_allocate_fails_inject_and_leaves_no_entry(
     fake_env: FakeLocalEnv, inferchaos_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if cuda_available()[0]:
-        pytest.skip("this machine has a CUDA driver: the squatter would really allocate")
+        host_lacks("this machine has a CUDA driver: the squatter would really allocate")
     # Plan is told a GPU exists; the squatter process then finds no driver, as on a broken node.
     monkeypatch.setattr(squat, "cuda_available", lambda: (True, ""))
     monkeypatch.setattr(devices, "Nvml", lambda: Nvml(FakePynvml([FakeGpu(total=80 * GIB, used=GIB)])))

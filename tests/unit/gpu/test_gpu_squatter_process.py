@@ -13,6 +13,7 @@ import pytest
 
 from inferchaos.faults.gpu.cuda import cuda_available
 from inferchaos.faults.gpu.launch import PROJECT_ROOT
+from tests.skips import host_lacks
 
 MIB = 1024 * 1024
 SQUAT_BYTES = 8 * MIB
@@ -87,7 +88,7 @@ def test_host_squatter_refuses_when_not_inside_its_budget() -> None:
 def test_cuda_squatter_without_a_driver_says_so_and_exits_3() -> None:
     usable, _ = cuda_available()
     if usable:
-        pytest.skip("this machine has a CUDA driver; the no-driver path cannot be shown here")
+        host_lacks("this machine has a CUDA driver; the no-driver path cannot be shown here")
     proc = _squatter("--backend", "cuda", "--device", "0", "--bytes", str(MIB))
     line = _first_line(proc)
     assert proc.wait(timeout=10) == 3

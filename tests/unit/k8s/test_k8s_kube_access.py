@@ -30,6 +30,7 @@ from inferchaos.faults.k8s.configuration import env_from_configuration
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import NS
 from tests.fakes.k8s_scenario import CONTEXT, TOKEN_SECRET, seed_kind_environment
+from tests.skips import require
 
 RAY_TOKEN = "ray-token-for-the-fake-cluster"
 SA_TOKEN = "eyJhbGciOiJSUzI1NiJ9.service-account.signature"  # the kubelet writes it without a newline
@@ -55,8 +56,8 @@ class TlsApiServer:
 
 def _self_signed(folder: Path) -> tuple[Path, Path]:
     """A certificate and key, valid for the address the loader builds from KUBERNETES_SERVICE_HOST."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make the fake API server's certificate")
+    # The fake API server's certificate is made with the openssl command.
+    require("openssl", shutil.which("openssl"), "the openssl command")
     cert, key = folder / "apiserver.crt", folder / "apiserver.key"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",

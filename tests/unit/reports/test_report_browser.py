@@ -13,17 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pytest
 from matplotlib.image import imread
 
 from inferchaos.reports.htmlkit import STATUS_COLOURS
 from inferchaos.reports.load import Status
 from inferchaos.reports.render import render_run
+from tests.skips import needs_package
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium at /usr/bin/chromium (Debian: apt-get install -y chromium)"
-)
+pytestmark = needs_package("chromium", CHROMIUM, "Chromium (at /usr/bin/chromium or on PATH)")
 WIDTH, HEIGHT = 1280, 2000
 
 

@@ -26,6 +26,7 @@ from inferchaos.primitives.processes import free_port
 from inferchaos.reports.pushgateway import pushgateway_url
 from tests.fakes.report_runs import FIXTURE_RUNS, read_json
 from tests.fakes.runner import FakeEnv, RunResult
+from tests.skips import require
 
 REPO = Path(__file__).resolve().parents[3]
 KV_FLOOD = REPO / "experiments" / "kv_flood.yaml"
@@ -130,10 +131,7 @@ def test_a_failed_push_is_one_line_and_keeps_the_exit_code(
 @pytest.fixture(scope="module")
 def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Pushgateway of this module's own on a free loopback port, ended by its pid afterwards."""
-    if PUSHGATEWAY is None:
-        pytest.skip(
-            "prometheus-pushgateway is not installed (apt-get install prometheus-pushgateway; .ci/run installs it)"
-        )
+    require("prometheus-pushgateway", PUSHGATEWAY, "prometheus-pushgateway")
     work = tmp_path_factory.mktemp("pushgateway")
     port = free_port()
     with (work / "pushgateway.log").open("wb") as log:

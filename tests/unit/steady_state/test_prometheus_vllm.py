@@ -51,6 +51,7 @@ from inferchaos.steady_state.prometheus_vllm import (
     readings_of,
 )
 from inferchaos.steady_state.vllm import WINDOW_QUANTILES, VllmProbe
+from tests.skips import needs_package
 
 LOCAL = PromVllmSelector(replica_label="replica", matchers='job="vllm"', health_matchers='job="vllm_health"')
 
@@ -353,9 +354,7 @@ def test_the_rules_file_is_one_group_holding_every_rule() -> None:
     assert len({r.record for r in every}) == len(every), "one series name per rule"
 
 
-@pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="the distribution's prometheus (promtool) is not installed"
-)
+@needs_package("prometheus", shutil.which("promtool"), "the distribution's prometheus (promtool)")
 def test_the_real_promtool_accepts_the_rules_of_a_local_and_a_cluster_selector(tmp_path: Path) -> None:
     cluster = PromVllmSelector(replica_label="pod", matchers='namespace="llm"', window_s=60)
     for n, selector in enumerate((LOCAL, cluster)):
