@@ -51,8 +51,19 @@ from inferchaos.steady_state.evaluation import (
     recover,
     recovery_window_s,
 )
+from inferchaos.steady_state.platform import (
+    NO_DETECTOR_FIRING,
+    PlatformFailure,
+    PlatformSteadyState,
+    detector_evolution,
+    healed_replicas,
+    judged_again,
+    platform_failure,
+    triage_failure,
+    with_platform,
+)
 from inferchaos.steady_state.sampler import Sampler, Tick
-from inferchaos.steady_state.slo import Phase, SloSpec
+from inferchaos.steady_state.slo import Op, Phase, SloSpec
 from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter
 from inferchaos.steady_state.triage import triage
 
@@ -335,13 +346,17 @@ class Runner:
         sampling.add_done_callback(self._sampler_ended)
         try:
             timeline.mark(Mark.BASELINE_START, time.time())
+            await self._inject_sabotage(SabotageAt.BASELINE)
+            if self._state.errors:
+                return
             await self._wait_phase("baseline", spec.baseline_s)
             await self._extend_baseline(timeline)
             baseline_failures = self._baseline_failures(timeline)
             if baseline_failures:
+                await self._let_stuck_requests_end(timeline, baseline_failures)
                 self._state.stop = {
                     "kind": "baseline",
-                    "reason": "baseline not met: " + "; ".join(baseline_failures),
+                    "reason": "the platform was not steady before the fault: " + "; ".join(baseline_failures),
                 }
                 return
             await self._fault_window(timeline)
@@ -351,6 +366,20 @@ class Runner:
             await canary.stop()
             await close_probes(probes)
             timeline.mark(Mark.END, time.time())
+
+    async def _let_stuck_requests_end(self, timeline: Timeline, failures: list[str]) -> None:
+        """After a baseline that failed, sample on while a canary request is stuck (at most one
+        request timeout): a request stuck in a hung replica ends at its timeout, and its failure
+        names the replica, so the verdict can name what was not steady."""
+        timeout_s = self.spec.canary_timeout_s
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end and (_latest(timeline, "canary.oldest_wait_s", 0.0) or 0.0) > 1.0:
+            if self._phase != "baseline (stuck)":
+                self._progress(
+                    f"baseline not met ({'; '.join(failures)}); a request is stuck: "
+                    f"sampling up to {timeout_s:g} s more to name what failed"
+                )
+            await self._wait_phase("baseline (stuck)", min(1.0, end - time.monotonic()))
 
     async def _extend_baseline(self, timeline: Timeline) -> None:
         """Sample on, for at most one more baseline's length, while a baseline-relative SLO has
@@ -427,6 +456,8 @@ class Runner:
             raise
         finally:
             await self._revert(timeline)
+        if self._state.handle is not None and not (self._state.interrupted or self._state.errors):
+            await self._inject_sabotage(SabotageAt.RECOVERY)
         # A revert that waited out the platform leaves no recovery to sample (its wait outlasts the window).
         if self._state.handle is not None and not (
             self._state.interrupted or self._state.errors or self._state.no_recovery
@@ -565,7 +596,7 @@ class Runner:
                 self._state.rollback_output = output
 
     async def _recovery(self, timeline: Timeline) -> None:
-        rec = self.spec.slos.recovery
+        rec = self.judged_spec(timeline).recovery
         # The window as this run's baseline sized it (a number of its replica cold starts, maybe).
         within = recovery_window_s(timeline, rec, phase_windows(timeline)) if rec else 0.0
         budget = (within + rec.hold_s + 2 * self.options.interval_s) if rec else 5.0
@@ -583,7 +614,13 @@ class Runner:
                 pass
             self._report(timeline)
             if rec is not None:
-                result = recover(timeline, SloSpec(self.spec.slos.slos, rec))
+                judged = self.judged_spec(timeline)
+                result = recover(
+                    timeline,
+                    judged,
+                    extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
+                    judged_again=judged_again(judged),
+                )
                 # Stop as soon as recovery is confirmed, or has missed a step's own deadline: a game
                 # day should not idle, nor a negative control wait out a window it has already failed.
                 if result is not None and result.settled and self._recovery_slos_sampled(timeline):
@@ -658,10 +695,27 @@ class Runner:
                 }
         return None
 
+    def platform(self) -> PlatformSteadyState:
+        """The shared platform steady state as this run judges it (steady_state/platform.py)."""
+        spec = self.spec
+        # The share of requests the scenario promises users during its fault: its front-door
+        # availability SLO, where it declares one.
+        promised = [
+            slo.threshold
+            for slo in spec.slos.slos
+            if slo.phase is Phase.DURING and slo.probe == "canary.success" and not slo.labels
+            and slo.agg == "mean" and slo.op is Op.GE and slo.after_s is None and slo.scale is None
+        ]  # fmt: skip
+        return PlatformSteadyState(spec.canary_timeout_s, spec.platform, min(promised, default=0.9))
+
+    def judged_spec(self, timeline: Timeline) -> SloSpec:
+        """The scenario's SLOs and the platform steady state, as this run's baseline shaped it."""
+        return with_platform(self.spec.slos, timeline, self.platform())
+
     def _baseline_failures(self, timeline: Timeline) -> list[str]:
         windows = phase_windows(timeline)
         failures = []
-        for slo in self.spec.slos.slos:
+        for slo in self.judged_spec(timeline).slos:
             if slo.phase is not Phase.BASELINE:
                 continue
             result = evaluate_slo(timeline, slo, windows)
@@ -674,7 +728,11 @@ class Runner:
         spec = self.spec
         state = self._state
         handle = state.handle
-        evaluation = evaluate(timeline, spec.slos)
+        judged = self.judged_spec(timeline)
+        evolution, firing = detector_evolution(timeline)
+        evaluation = evaluate(
+            timeline, judged, extra={NO_DETECTOR_FIRING: evolution}, judged_again=judged_again(judged)
+        )
         slos = [r.to_dict() for r in evaluation.slos]
         layers = {v.layer: {"ok": v.ok, "slos": list(v.slos)} for v in evaluation.layers}
         fault_outcome = None
@@ -700,6 +758,23 @@ class Runner:
             recovery_confirmed_at=recovery.confirmed_at if recovery else None,
         )
         status, reason = self._status(evaluation, fault_outcome, recovery)
+        failure = (
+            platform_failure(timeline, judged, evaluation.slos, self.platform(),
+                             recovery.failing_at_end if recovery and not recovery.recovered else ())
+            if (status is Status.FAILED and not reason.startswith(NO_EFFECT))
+            or (status is Status.ABORTED and state.stop and state.stop.get("kind") == "stop_condition")
+            else None
+        )  # fmt: skip
+        if failure is not None and failure.replica is None and failure.phase != Phase.BASELINE.value:
+            # Without a replica to single out, a failure after the injection is the fault's own
+            # business as far as triage can tell: the scenario's triage names it.
+            failure = None
+        if status is Status.FAILED and recovery is not None and NO_DETECTOR_FIRING in recovery.failing_at_end:
+            last = [
+                f for f in firing if recovery is not None and f.t >= (timeline.marks.get(Mark.REVERTED) or 0)
+            ]
+            if last:
+                reason += f"; detector {last[-1].detector} still firing: {last[-1].message}"
         breach_at = (
             evaluation.detection.at
             if evaluation.detection
@@ -724,6 +799,25 @@ class Runner:
             if injected
             else None
         )
+        healed: dict[str, float] = {}
+        if status is Status.PASSED and recovery is not None and recovery.steady_at is not None:
+            healed = healed_replicas(timeline, self.platform(), recovery.steady_at)
+            injected_at = timeline.marks.get(Mark.INJECTED) or started
+            for replica, at in healed.items():
+                # The one exception a failure the scenario did not inject is allowed: the
+                # platform itself put it right within the window. The verdict says so.
+                reason += (
+                    f"; {replica} failed at +{at - injected_at:.1f} s, outside what the fault may take out, "
+                    f"and the platform replaced or healed it: the whole steady state held again "
+                    f"from +{recovery.steady_at - injected_at:.1f} s"
+                )
+        if failure is not None:
+            own = triage_result.evidence if triage_result is not None else {}
+            symptom = (
+                (str(own["probe"]), str(own["condition"])) if "probe" in own and "condition" in own else None
+            )
+            triage_result = triage_failure(timeline, failure, triage_thresholds(spec), symptom)
+            reason = f"{reason}; not injected by the scenario: {_failure_line(failure)}"
         stop_condition = state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None
         triage_dict = (
             triage_result.to_dict()
@@ -753,6 +847,16 @@ class Runner:
             layers=layers,
             timing=timing,
             triage=triage_dict,
+            platform={
+                "steady": all(r.ok for r in evaluation.slos if r.name.startswith("platform.")),
+                "allows": {"replicas": sorted(spec.platform.replicas)},
+                "hold_s": judged.recovery.hold_s if judged.recovery else None,
+                "failure": failure.to_dict() if failure else None,
+                "healed": [{"replica": r, "failed_at": at} for r, at in healed.items()],
+                "detectors_after_revert": [
+                    {"t": f.t, "detector": f.detector, "message": f.message} for f in firing
+                ][-5:],
+            },
             stop_condition=stop_condition,
             control=outcome,
             detection=detect_signals(
@@ -777,7 +881,9 @@ class Runner:
                 return Status.ABORTED, "interrupted; " + "; ".join([*state.errors, *state.no_recovery])
             return Status.ABORTED, "interrupted; the fault was rolled back"
         if state.stop and state.stop.get("kind") == "baseline":
-            return Status.ABORTED, state.stop["reason"]
+            # Nothing was injected, and the platform was already failing its users: a failure
+            # of the platform, which the game day must not pass over as a run that never began.
+            return Status.FAILED, state.stop["reason"]
         if state.stop and state.stop.get("kind") == "stop_condition":
             return Status.ABORTED, f"{state.stop['reason']}; rolled back at once"
         if state.errors:
@@ -835,6 +941,11 @@ class Runner:
             json.dumps(redact(verdict.to_dict(), secrets), indent=2, default=str)
         )
         _render_reports(self.run_dir)
+
+
+def _failure_line(failure: PlatformFailure) -> str:
+    who = failure.replica or "the platform"
+    return f"{who} failed the platform steady state ({failure.slo}, {failure.phase})"
 
 
 def triage_thresholds(spec: ExperimentSpec) -> dict[str, float]:

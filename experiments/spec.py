@@ -21,6 +21,7 @@ from inferchaos.faults.base import TypedFault
 from inferchaos.layers import EnvName
 from inferchaos.params import InvalidValue, convert, seconds
 from inferchaos.steady_state.canary import CanaryPace
+from inferchaos.steady_state.platform import PlatformAllowance, ensure_platform_is_valid
 from inferchaos.steady_state.slo import Slo, SloSpec, ensure_slos_are_valid
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class ExperimentSpec:
     canary_timeout_s: float = 10.0
     # At most this many canary requests wait at once; one due beyond it is not sent and fails.
     canary_max_in_flight: int = 8
+    # What the fault may take out of the platform steady state while it acts (``platform.allows``).
+    platform: PlatformAllowance = field(default_factory=PlatformAllowance)
 
 
 def _fail(path: Path, key: str, message: str) -> ConfigError:
@@ -333,6 +336,10 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     stop_conditions = _stop_conditions(path, raw.get("stop_conditions"))
     ensure_recovery_window_is_shorter_than_the_revert(path, fault, slos)
     _ensure_chaostoolkit_accepts(raw, path)
+    try:
+        platform = ensure_platform_is_valid(raw.get("platform"))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
     return ExperimentSpec(
         path=path,
         name=path.stem,
@@ -346,6 +353,7 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
         raw=raw,
         canary_timeout_s=canary_timeout_s,
         canary_max_in_flight=canary_max_in_flight,
+        platform=platform,
     )
 
 

@@ -86,6 +86,9 @@ class Verdict:
     # Who noticed the fault and when: inferchaos' own judgement beside the platform's signals
     # (steady_state/detection.py); empty when nothing was injected.
     detection: list[SignalDetection] = field(default_factory=list)
+    # The shared platform steady state (steady_state/platform.py): whether it held, what the
+    # scenario allowed out, and the first failure the scenario did not inject, if any.
+    platform: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     @property

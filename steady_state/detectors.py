@@ -209,6 +209,21 @@ def _baseline_ttft(timeline: Timeline) -> tuple[list[Point], int]:
     return measured, censored
 
 
+def _baseline_ttft_p95(timeline: Timeline) -> float | None:
+    measured, _ = _baseline_ttft(timeline)
+    return p95(measured) if measured else None
+
+
+def stall_threshold_s(timeline: Timeline, config: DetectorConfig | None = None) -> float:
+    """How long a request may wait for its first token before :func:`detect_stalled_requests`
+    calls it stalled in ``timeline``: its baseline's TTFT p95 times a factor, at least a floor."""
+    config = config or DetectorConfig()
+    base_p95 = _baseline_ttft_p95(timeline)
+    if base_p95 is None:
+        return config.stall_min_wait_s
+    return max(config.stall_min_wait_s, config.stall_times_baseline * base_p95)
+
+
 def detect_stalled_requests(
     timeline: Timeline, min_wait_s: float = 1.0, times_baseline: float = 5.0
 ) -> list[Finding]:

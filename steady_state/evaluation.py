@@ -40,7 +40,7 @@ import bisect
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from inferchaos.steady_state.aggregates import Aggregate, Point, get_aggregate
@@ -230,6 +230,8 @@ def counts_toward(row: Row, slo: Slo) -> bool:
         return False
     if row.matches(slo.labels):
         return True
+    if slo.attributed_only:
+        return False
     return row.probe in UNATTRIBUTED_FAILURES and row.value == 0 and _compatible(row.labels, slo.labels)
 
 
@@ -616,7 +618,11 @@ def detect(
 
 
 def recover(
-    timeline: Timeline, spec: SloSpec, windows: Mapping[Phase, PhaseWindow] | None = None
+    timeline: Timeline,
+    spec: SloSpec,
+    windows: Mapping[Phase, PhaseWindow] | None = None,
+    extra: Mapping[str, Sequence[Judgement]] | None = None,
+    judged_again: Collection[str] = (),
 ) -> RecoveryResult | None:
     """When every ``recovery.steady`` SLO held again for ``hold_s`` after the revert; None if undeclared.
 
@@ -626,6 +632,11 @@ def recover(
         that far; for a windowed SLO, no stretch longer than its window without an evaluation (its
     window would be empty there). Recovered when such an ``s`` exists at most ``within_s`` after
     the revert, and for each SLO of ``first_within_s`` one of its own exists within its deadline.
+
+    ``extra`` are further steady entries judged per sample, ``ok`` where they hold (no
+    slow-failure detector firing, say). The steady entries named in ``judged_again`` are judged
+    again at the last sample: one that broke again after the hold confirmed it undoes the
+    recovery (a replica that froze once the platform looked steady).
     """
     if spec.recovery is None:
         return None
@@ -636,14 +647,20 @@ def recover(
     if recovery is None:
         return RecoveryResult(False, None, None, None, "the fault was never reverted", within_s=within)
     slos = {name: _scaled(timeline, spec.by_name(name), windows) for name in rec.steady}
-    evolutions = {name: _held(timeline, slo, recovery) for name, slo in slos.items()}
+    evolutions: dict[str, Sequence[Judgement]] = {
+        name: _held(timeline, slo, recovery) for name, slo in slos.items()
+    }
+    windowed: dict[str, float | None] = {name: slo.window_s for name, slo in slos.items()}
+    for name, evolution in (extra or {}).items():
+        evolutions[name] = [j for j in evolution if recovery.contains(j.t)]
+        windowed[name] = None
     failing_at_end = tuple(name for name, ev in evolutions.items() if not ev or not ev[-1].ok)
     # Judged before the rest: a step with no samples at all past its deadline has missed it too.
     reach = max((ev[-1].t for ev in evolutions.values() if ev), default=None)
     missed = tuple(
         name
         for name, first_within in rec.first_within_s.items()
-        if _missed(evolutions[name], reach, recovery.start, first_within, rec.hold_s, slos[name].window_s)
+        if _missed(evolutions[name], reach, recovery.start, first_within, rec.hold_s, windowed[name])
     )
     if missed:
         return RecoveryResult(
@@ -669,20 +686,33 @@ def recover(
     for s in candidates:
         if s + rec.hold_s > last_seen:
             break
-        if all(_steady(ev, s, s + rec.hold_s, slos[name].window_s) for name, ev in evolutions.items()):
+        if all(_steady(ev, s, s + rec.hold_s, windowed[name]) for name, ev in evolutions.items()):
+            broke = tuple(
+                name
+                for name, ev in evolutions.items()
+                if name in judged_again and ev[-1].t > s + rec.hold_s and not ev[-1].ok
+            )
+            if broke:
+                # Held, then broke again before the run's last sample: not a recovery.
+                return RecoveryResult(
+                    False, None, None, None,
+                    f"{', '.join(broke)} held from +{s - recovery.start:.1f} s for {rec.hold_s:g} s, "
+                    f"then failed again by +{last_seen - recovery.start:.1f} s",
+                    broke, within,
+                )  # fmt: skip
             return RecoveryResult(True, s - recovery.start, s, s + rec.hold_s, within_s=within)
     # A steady SLO still silent at the end says which source kept recovery from being confirmed.
     silent_at_end = "".join(
         f"; {name}: {last.silence.reason(_where(slos[name], recovery, last.t))}"
         for name, ev in evolutions.items()
-        if (last := ev[-1]).silence is not None
+        if (last := ev[-1]).silence is not None and name in slos
     )
     return RecoveryResult(
         False,
         None,
         None,
         None,
-        f"{', '.join(rec.steady)} did not hold for {rec.hold_s:g} s from within {within:g} s of the revert"
+        f"{', '.join(failing_at_end or rec.steady)} did not hold for {rec.hold_s:g} s from within {within:g} s of the revert"
         + _window_basis(rec, within)
         + silent_at_end,
         failing_at_end,
@@ -748,9 +778,15 @@ def _steady(evolution: Sequence[Judgement], start: float, end: float, window_s: 
     return all(later - earlier < window_s for earlier, later in itertools.pairwise(seen))
 
 
-def evaluate(timeline: Timeline, spec: SloSpec) -> Evaluation:
-    """Every SLO, the per-layer verdicts, time to detect and time to recover for one run."""
+def evaluate(
+    timeline: Timeline,
+    spec: SloSpec,
+    extra: Mapping[str, Sequence[Judgement]] | None = None,
+    judged_again: Collection[str] = (),
+) -> Evaluation:
+    """Every SLO, the per-layer verdicts, time to detect and time to recover for one run
+    (``extra`` and ``judged_again``: see :func:`recover`)."""
     windows = phase_windows(timeline)
-    recovery = recover(timeline, spec, windows)
+    recovery = recover(timeline, spec, windows, extra, judged_again)
     results = tuple(evaluate_slo(timeline, slo, windows, recovery) for slo in spec.slos)
     return Evaluation(results, layer_verdicts(results), detect(timeline, spec, windows), recovery)

@@ -108,6 +108,10 @@ class Slo:
     # is given to notice a fault and act (take a hung replica out of rotation) before users'
     # requests must succeed again.
     after_s: float | None = None
+    # Count only requests a replica answered: a failure the front door could not attribute
+    # (:data:`~inferchaos.steady_state.evaluation.UNATTRIBUTED_FAILURES`) is left out. The
+    # platform steady state judges a surviving replica this way while its peer is allowed out.
+    attributed_only: bool = False
 
     @property
     def layer(self) -> str:

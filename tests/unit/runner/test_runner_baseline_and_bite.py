@@ -14,10 +14,14 @@ from inferchaos.faults.ledger import Ledger
 from tests.fakes.runner import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
 
 
-def test_baseline_not_met_aborts_without_injecting(baseline_failed_run: RunResult) -> None:
+def test_baseline_not_met_fails_without_injecting(baseline_failed_run: RunResult) -> None:
+    """A platform not steady before the fault fails the run (exit 1): nothing is injected, and
+    the game day must not pass over it as a run that never began."""
     verdict = baseline_failed_run.verdict
-    assert verdict.status is Status.ABORTED
-    assert verdict.reason.startswith("baseline not met: kv_headroom_before:"), verdict.reason
+    assert verdict.status is Status.FAILED and verdict.exit_code == 1
+    assert verdict.reason.startswith("the platform was not steady before the fault: kv_headroom_before:"), (
+        verdict.reason
+    )
     names = baseline_failed_run.world.names()
     assert "inject" not in names and "revert" not in names, names
     assert verdict.fault is None
@@ -26,9 +30,10 @@ def test_baseline_not_met_aborts_without_injecting(baseline_failed_run: RunResul
     assert names == ["canary.start", "canary.stop"]
 
 
-def test_baseline_not_met_journal_is_aborted_not_completed(baseline_failed_run: RunResult) -> None:
+def test_baseline_not_met_journal_is_failed_not_completed(baseline_failed_run: RunResult) -> None:
     journal = json.loads(baseline_failed_run.read("journal.json"))
-    assert journal["status"] == "aborted"
+    # chaoslib's word for a steady state not met before the method.
+    assert journal["status"] == "failed"
     assert journal["steady_states"]["before"]["steady_state_met"] is False
     assert journal["run"] == [] and journal["rollbacks"] == []
     timeline = baseline_failed_run.read("timeline.csv")

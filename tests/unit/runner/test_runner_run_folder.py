@@ -76,12 +76,11 @@ def test_verdict_json_has_the_design_keys(passed_run: RunResult) -> None:
     assert fault["name"] == FAKE_FAULT and fault["layer"] == "vllm" and fault["effect_observed"] is True
     assert fault["injected_at"] < fault["reverted_at"]
     assert fault["evidence"]["reason"] == "the KV cache filled"
-    assert [s["name"] for s in verdict["slos"]] == [
-        "kv_headroom_before",
-        "ttft_before",
-        "availability",
-        "ttft_after",
-    ]
+    own = [s["name"] for s in verdict["slos"] if not s["name"].startswith("platform.")]
+    assert own == ["kv_headroom_before", "ttft_before", "availability", "ttft_after"]
+    # The shared platform steady state follows the scenario's own SLOs.
+    assert [s["name"] for s in verdict["slos"]][: len(own)] == own
+    assert verdict["platform"]["steady"] is True and verdict["platform"]["failure"] is None
     for slo in verdict["slos"]:
         assert {"name", "layer", "phase", "ok", "observed", "op", "threshold"} <= set(slo), slo
         assert slo["ok"] is True, slo

@@ -1,0 +1,496 @@
+"""The platform steady state: what "steady" means for the whole platform as its users meet it.
+
+Declared once here and shared by every scenario (README "What steady means"). A scenario adds
+its own SLOs to it and may declare what its fault is allowed to take out while it acts
+(:class:`PlatformAllowance`, the experiment's ``platform.allows``); it never drops the rest.
+
+The platform's parts are read off the run's own baseline, so the same declaration fits the
+local environment, a kind cluster and a real one: every replica seen at baseline (a ``replica``
+label on a vLLM or canary reading, or on a failed read of a replica's server), Ray's node count,
+Serve's RUNNING replicas, and Kubernetes' Pending Pods where the environment has a kube API.
+
+- **Baseline**: the front door serves, every replica answers its own server, and no request
+  waits toward its timeout. A platform that is not steady before the fault fails the run: the
+  failure was not injected, and the run names it.
+- **During the fault**: every replica the scenario does not allow out keeps serving its share
+  of users' requests and keeps answering its own server.
+- **Recovery**: the front door serves, every replica seen at baseline serves again and answers
+  its server, Ray's nodes and Serve's RUNNING replicas are back to their baseline counts, no
+  Pod is Pending, and no slow-failure detector fires (:func:`detector_evolution`). The hold
+  lasts at least one canary request timeout, so a request sent into a hung replica has time
+  to fail inside it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from inferchaos.errors import ConfigError
+from inferchaos.layers import TRIAGE_ORDER, Layer
+from inferchaos.steady_state.detectors import DetectorConfig, stall_threshold_s
+from inferchaos.steady_state.evaluation import Judgement, PhaseWindow, SloResult, phase_windows
+from inferchaos.steady_state.slo import BaselineScale, Op, Phase, RecoverySpec, Slo, SloSpec
+from inferchaos.steady_state.timeline import Row, Timeline
+from inferchaos.steady_state.triage import RULES, Match, TriageResult, match_rule
+
+logger = logging.getLogger(__name__)
+
+# Every platform SLO's name starts with this, so a verdict, a report and triage tell the shared
+# steady state from the scenario's own SLOs.
+PREFIX = "platform."
+# The recovery steady entry that no slow-failure detector fires (not an SLO of a probe).
+NO_DETECTOR_FIRING = f"{PREFIX}no_detector_firing"
+# Probes whose ``replica`` label names one of the platform's replicas.
+_REPLICA_PROBES = ("vllm.", "canary.success", "canary.ttft_s")
+# A replica's own server answers at least this share of its reads in every window while it
+# serves: a busy replica misses a read or two under a flood; a frozen one answers none.
+ANSWERS_FLOOR = 0.25
+# Share of front-door requests that must succeed at baseline and once recovered (one miss in a
+# window of twenty is a blip; a replica that fails every request it is sent is not).
+FRONT_DOOR_FLOOR = 0.9
+# Failed reads of a replica's server beyond which it stopped answering (triage's own bound).
+MISSED_READS = 2
+# A baseline request waiting longer than this share of its timeout for a first token is stuck.
+BASELINE_STALL_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class PlatformAllowance:
+    """What a scenario's fault may take out while it acts (the experiment's ``platform.allows``).
+
+    ``replicas``: replicas that may stop serving during the fault (the one on a lost node, the
+    one whose engine was killed). Everything else of the platform steady state still holds.
+    """
+
+    replicas: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class PlatformSteadyState:
+    """The shared steady state as one run judges it."""
+
+    request_timeout_s: float
+    allows: PlatformAllowance = field(default_factory=PlatformAllowance)
+    # The share of users' requests the scenario promises during its fault (its availability).
+    availability: float = FRONT_DOOR_FLOOR
+    detectors: DetectorConfig = field(default_factory=DetectorConfig)
+
+    def hold_s(self, declared: float) -> float:
+        """The recovery hold: the scenario's own, and at least one canary request timeout."""
+        return max(declared, self.request_timeout_s)
+
+
+PLATFORM_KEYS = ("allows",)
+ALLOWS_KEYS = ("replicas",)
+
+
+def ensure_platform_is_valid(value: object) -> PlatformAllowance:
+    """The experiment's ``platform`` key: ``{allows: {replicas: [replica-1]}}``; ConfigError
+    led by the key path at the first problem."""
+    if value is None:
+        return PlatformAllowance()
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"platform: must be a mapping with allows, got {type(value).__name__}")
+    for key in value:
+        if key not in PLATFORM_KEYS:
+            raise ConfigError(f"platform.{key}: unknown key; use one of {', '.join(PLATFORM_KEYS)}")
+    allows = value.get("allows") or {}
+    if not isinstance(allows, Mapping):
+        raise ConfigError(f"platform.allows: must be a mapping, got {type(allows).__name__}")
+    for key in allows:
+        if key not in ALLOWS_KEYS:
+            raise ConfigError(f"platform.allows.{key}: unknown key; use one of {', '.join(ALLOWS_KEYS)}")
+    replicas = allows.get("replicas", [])
+    if not isinstance(replicas, list) or not all(isinstance(r, str) and r for r in replicas):
+        raise ConfigError(f"platform.allows.replicas: must be a list of replica names, got {replicas!r}")
+    return PlatformAllowance(replicas=frozenset(replicas))
+
+
+def _replica_of(row: Row) -> str | None:
+    if not row.probe.startswith(_REPLICA_PROBES):
+        return None
+    return row.labels.get("replica") or None
+
+
+def baseline_replicas(timeline: Timeline) -> list[str]:
+    """Every replica the baseline saw: a reading or a failed read that names it, in name order."""
+    window = phase_windows(timeline).get(Phase.BASELINE)
+    if window is None:
+        return []
+    seen = {name for row in timeline.rows if window.contains(row.t) and (name := _replica_of(row))}
+    return sorted(seen)
+
+
+def _has(timeline: Timeline, probe: str, window: PhaseWindow) -> bool:
+    return any(row.probe == probe and row.ok and window.contains(row.t) for row in timeline.rows)
+
+
+def _server_read(timeline: Timeline, replica: str, window: PhaseWindow) -> bool:
+    """Whether the baseline read ``replica``'s own server at all (an answer or a failed read):
+    an environment that cannot reach a replica's server is not judged on it."""
+    return any(
+        window.contains(row.t)
+        and row.labels.get("replica") == replica
+        and (row.probe == "vllm.healthy" or (row.error and row.probe.startswith("vllm")))
+        for row in timeline.rows
+    )
+
+
+def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, ...]:
+    """The platform SLOs for this run, from the parts its baseline saw (none before a baseline)."""
+    window = phase_windows(timeline).get(Phase.BASELINE)
+    if window is None:
+        return ()
+    w = state.request_timeout_s
+    slos: list[Slo] = []
+    canary = _has(timeline, "canary.success", window)
+    if canary:
+        slos += [
+            Slo(f"{PREFIX}front_door_before", "canary.success", "mean", Op.GE, FRONT_DOOR_FLOOR, Phase.BASELINE),
+            Slo(f"{PREFIX}front_door_after", "canary.success", "mean", Op.GE, FRONT_DOOR_FLOOR,
+                Phase.RECOVERY, window_s=w),
+        ]  # fmt: skip
+    if _has(timeline, "canary.oldest_wait_s", window):
+        slos.append(Slo(f"{PREFIX}no_stuck_request_before", "canary.oldest_wait_s", "max", Op.LE,
+                        BASELINE_STALL_SHARE * w, Phase.BASELINE))  # fmt: skip
+    served = {
+        row.labels["replica"]
+        for row in timeline.rows
+        if row.probe == "canary.success" and row.ok and row.value == 1 and "replica" in row.labels
+        and window.contains(row.t)
+    }  # fmt: skip
+    for replica in baseline_replicas(timeline):
+        labels = {"replica": replica}
+        server = _server_read(timeline, replica, window)
+        # Every replica that served at baseline must serve again; one the router sent nothing
+        # then is judged by its own server alone.
+        serves = replica in served
+        if server:
+            slos += [
+                Slo(f"{PREFIX}{replica}.answers_before", "vllm.healthy", "mean", Op.GE, FRONT_DOOR_FLOOR,
+                    Phase.BASELINE, labels),
+                Slo(f"{PREFIX}{replica}.answers_after", "vllm.healthy", "min", Op.GE, 1, Phase.RECOVERY, labels,
+                    window_s=3),
+            ]  # fmt: skip
+        if serves:
+            # Per request, not per window: the last request it answered before the hold
+            # succeeded and none failed through it. A replica the router sends nothing for a
+            # while is not failing; one whose every request times out is.
+            slos.append(
+                Slo(
+                    f"{PREFIX}{replica}.serves_after",
+                    "canary.success",
+                    "min",
+                    Op.GE,
+                    1,
+                    Phase.RECOVERY,
+                    labels,
+                )
+            )
+        if replica in state.allows.replicas:
+            continue
+        if server:
+            slos.append(
+                Slo(f"{PREFIX}{replica}.answers_during", "vllm.healthy", "mean", Op.GE, ANSWERS_FLOOR,
+                    Phase.DURING, labels, window_s=w)
+            )  # fmt: skip
+        if serves:
+            # Its own requests only: a request refused before any replica took it belongs to
+            # the replica the fault took out as much as to this one.
+            slos.append(
+                Slo(f"{PREFIX}{replica}.serves_during", "canary.success", "mean", Op.GE, state.availability,
+                    Phase.DURING, labels, attributed_only=True)
+            )  # fmt: skip
+    same = BaselineScale(times=1.0)
+    if _has(timeline, "ray.nodes_alive", window):
+        slos.append(Slo(f"{PREFIX}nodes_after", "ray.nodes_alive", "min", Op.GE, math.nan, Phase.RECOVERY,
+                        window_s=3, scale=same))  # fmt: skip
+    if _has(timeline, "ray.serve_replicas", window):
+        slos.append(Slo(f"{PREFIX}serve_replicas_after", "ray.serve_replicas", "min", Op.GE, math.nan,
+                        Phase.RECOVERY, {"state": "RUNNING"}, window_s=3, scale=same))  # fmt: skip
+    if _has(timeline, "k8s.pods_pending", window):
+        slos.append(Slo(f"{PREFIX}pods_pending_after", "k8s.pods_pending", "max", Op.LE, 0, Phase.RECOVERY,
+                        window_s=3))  # fmt: skip
+    return tuple(slos)
+
+
+def with_platform(spec: SloSpec, timeline: Timeline, state: PlatformSteadyState) -> SloSpec:
+    """``spec`` with the platform SLOs added, recovery judged on them too, held at least one
+    request timeout. Before the baseline has been sampled it is ``spec`` as declared."""
+    extra = platform_slos(timeline, state)
+    if not extra:
+        return spec
+    own = {slo.name for slo in spec.slos}
+    extra = tuple(slo for slo in extra if slo.name not in own)
+    steady = tuple(slo.name for slo in extra if slo.phase is Phase.RECOVERY)
+    rec = spec.recovery or RecoverySpec(within_s=30.0, hold_s=0.0, steady=())
+    recovery = replace(rec, steady=(*rec.steady, *steady), hold_s=state.hold_s(rec.hold_s))
+    return SloSpec(slos=(*spec.slos, *extra), recovery=recovery)
+
+
+def judged_again(spec: SloSpec) -> tuple[str, ...]:
+    """The platform's steady entries, judged again at the run's last sample (evaluation.recover)."""
+    names = spec.recovery.steady if spec.recovery else ()
+    return (*(name for name in names if is_platform(name)), NO_DETECTOR_FIRING)
+
+
+def is_platform(name: str) -> bool:
+    """Whether an SLO (or recovery steady entry) is the shared platform steady state's."""
+    return name.startswith(PREFIX)
+
+
+# -- detectors -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Firing:
+    """A slow-failure detector firing at one moment, for reasons."""
+
+    t: float
+    detector: str
+    message: str
+
+
+def _points(timeline: Timeline, probe: str, window: PhaseWindow) -> list[tuple[float, float, str]]:
+    return sorted(
+        (row.t, row.value, row.label_text())
+        for row in timeline.rows
+        if row.probe == probe and row.ok and window.contains(row.t)
+    )
+
+
+def detectors_firing(
+    timeline: Timeline, window: PhaseWindow, config: DetectorConfig | None = None
+) -> list[Firing]:
+    """Each moment in ``window`` where a slow-failure detector fires (steady_state/detectors.py):
+
+    - ``stalled_request``: the oldest canary request in flight has waited for its first token
+      past the detector's threshold (its baseline's TTFT p95 times a factor, at least a floor);
+    - ``placement_group_stall``: a placement group PENDING past its threshold while GPUs are free;
+    - ``tasks_pending_with_free_gpus``: tasks waiting for a node while GPUs are free, for
+      longer than the detector's duration.
+    """
+    config = config or DetectorConfig()
+    firing: list[Firing] = []
+    threshold = stall_threshold_s(timeline, config)
+    for t, wait, _ in _points(timeline, "canary.oldest_wait_s", window):
+        if wait >= threshold:
+            firing.append(Firing(t, "stalled_request",
+                                 f"a request has waited {wait:.1f} s for its first token (threshold {threshold:.2f} s)"))  # fmt: skip
+    gpus = [(t, v) for t, v, _ in _points(timeline, "ray.gpus_available", window)]
+    gpu_times = [t for t, _ in gpus]
+
+    def free_gpus(t: float) -> float:
+        at = bisect.bisect_right(gpu_times, t) - 1
+        return gpus[at][1] if at >= 0 and t - gpus[at][0] <= 5.0 else 0.0
+
+    for t, age, labels in _points(timeline, "ray.pg_pending_age_s", window):
+        if age >= config.pg_min_pending_s and free_gpus(t) > 0:
+            firing.append(Firing(t, "placement_group_stall",
+                                 f"placement group {{{labels}}} PENDING {age:g} s while {free_gpus(t):g} GPU(s) are free"))  # fmt: skip
+    since: float | None = None
+    for t, pending, _ in _points(timeline, "ray.tasks_pending_node_assignment", window):
+        if pending > 0 and free_gpus(t) > 0:
+            since = t if since is None else since
+            if t - since >= config.tasks_min_duration_s:
+                firing.append(Firing(t, "tasks_pending_with_free_gpus",
+                                     f"{pending:g} task(s) pending node assignment for {t - since:g} s with GPUs free"))  # fmt: skip
+        else:
+            since = None
+    return sorted(firing, key=lambda f: f.t)
+
+
+def detector_evolution(
+    timeline: Timeline, config: DetectorConfig | None = None
+) -> tuple[list[Judgement], list[Firing]]:
+    """Recovery's view of the detectors: a judgement at every sample time after the revert, ok
+    where none fires, and the firings themselves (for the reason recovery gives)."""
+    window = phase_windows(timeline).get(Phase.RECOVERY)
+    if window is None:
+        return [], []
+    firing = detectors_firing(timeline, window, config)
+    fired_at = {f.t for f in firing}
+    times = sorted({row.t for row in timeline.rows if window.contains(row.t)})
+    return [Judgement(t, 0.0 if t not in fired_at else 1.0, t not in fired_at) for t in times], firing
+
+
+# -- naming a failure the scenario did not inject ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlatformFailure:
+    """The first failure of the platform steady state that the scenario's fault does not explain.
+
+    ``replica`` is the replica it concerns (None: the platform as a whole), ``phase`` where it
+    showed, ``at`` its first sign in the timeline.
+    """
+
+    slo: str
+    phase: str
+    replica: str | None
+    at: float
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict.json ``platform.failure`` object."""
+        return {
+            "slo": self.slo,
+            "phase": self.phase,
+            "replica": self.replica,
+            "at": self.at,
+            "reason": self.reason,
+        }
+
+
+def _first_sign(timeline: Timeline, replica: str | None, window: PhaseWindow) -> float:
+    """The first reading in ``window`` showing trouble with ``replica`` (or the front door)."""
+    for row in sorted(timeline.rows, key=lambda r: r.t):
+        if not window.contains(row.t):
+            continue
+        own = replica is None or row.labels.get("replica") == replica or row.probe.endswith(f"@{replica}")
+        if not own:
+            continue
+        if row.error and row.probe.startswith("vllm"):
+            return row.t
+        if row.ok and row.probe in ("canary.success", "vllm.healthy") and row.value == 0:
+            return row.t
+    return window.start
+
+
+def platform_failure(
+    timeline: Timeline,
+    spec: SloSpec,
+    results: Sequence[SloResult],
+    state: PlatformSteadyState,
+    recovery_failed: Iterable[str],
+) -> PlatformFailure | None:
+    """The first failed platform SLO (baseline, then during, then recovery) whose subject the
+    scenario does not allow out; a failed recovery counts where a platform steady SLO was still
+    failing. A replica the scenario allows out is the fault's own business in every phase."""
+    windows = phase_windows(timeline)
+    failing_steady = set(recovery_failed)
+    order = {Phase.BASELINE.value: 0, Phase.DURING.value: 1, Phase.RECOVERY.value: 2}
+    # Before the injection nothing was injected: any SLO failing there, the scenario's own too.
+    candidates = [
+        r for r in results
+        if (is_platform(r.name) or r.phase == Phase.BASELINE.value) and (not r.ok or r.name in failing_steady)
+    ]  # fmt: skip
+
+    def replica_of(result: SloResult) -> str | None:
+        return spec.by_name(result.name).labels.get("replica")
+
+    # Within a phase, a failure that names its replica says more than the front door's.
+    for result in sorted(candidates, key=lambda r: (order.get(r.phase, 3), replica_of(r) is None)):
+        replica = replica_of(result)
+        if replica is not None and replica in state.allows.replicas:
+            continue
+        window = windows.get(Phase(result.phase))
+        if window is None:
+            continue
+        at = _first_sign(timeline, replica, window)
+        return PlatformFailure(result.name, result.phase, replica, at, result.reason)
+    return None
+
+
+def healed_replicas(timeline: Timeline, state: PlatformSteadyState, steady_at: float) -> dict[str, float]:
+    """Replicas the scenario did not allow out that failed after the injection and before the
+    platform was steady again (a request of theirs failed, or their server stopped answering):
+    the platform replaced or healed them within the window. By replica, the first failure."""
+    injected = phase_windows(timeline).get(Phase.DURING)
+    if injected is None:
+        return {}
+    healed: dict[str, float] = {}
+    missed: dict[str, list[float]] = {}
+    for row in sorted(timeline.rows, key=lambda r: r.t):
+        replica = row.labels.get("replica")
+        if not replica or replica in state.allows.replicas or not injected.start <= row.t < steady_at:
+            continue
+        if row.error and row.probe.startswith("vllm"):
+            # A busy replica misses a read or two; one that stopped answering misses more.
+            missed.setdefault(replica, []).append(row.t)
+            if len(missed[replica]) > MISSED_READS:
+                healed.setdefault(replica, missed[replica][0])
+        elif row.ok and row.probe in ("canary.success", "vllm.healthy") and row.value == 0:
+            healed.setdefault(replica, row.t)
+    return healed
+
+
+# Ray's own readings of a node lost: the node under a replica, not the replica, failed.
+NODE_LOSS_PROBES = ("ray.nodes_dead", "ray.nodes_alive")
+# Seconds after a failure's first sign in which its triage looks for the cause.
+TRIAGE_LOOKAHEAD_S = 15.0
+
+
+def _about(match: Match, replica: str) -> bool:
+    return replica in (match.labels.get("replica"), match.labels.get("instance"))
+
+
+def _about_others(row: Row, replica: str) -> bool:
+    """Whether ``row`` speaks of something other than ``replica``: another replica, or a
+    device, whose readings name no replica (a device that runs short while a replica holds it
+    is its normal state, and says nothing of a replica that hung)."""
+    if row.probe.startswith("device"):
+        return True
+    named = row.labels.get("replica") or (
+        row.probe.partition("@")[2] if row.probe.startswith("vllm@") else ""
+    )
+    return bool(named) and named != replica
+
+
+def triage_failure(
+    timeline: Timeline,
+    failure: PlatformFailure,
+    thresholds: Mapping[str, float],
+    fault_symptom: tuple[str, str] | None = None,
+) -> TriageResult:
+    """The layer at fault for a failure the scenario did not inject: triage over what the
+    timeline says of its replica (and of the platform as a whole) from just before its first
+    sign, so that the fault's own standing symptoms, already there, do not answer for it.
+
+    ``fault_symptom`` is the (probe, condition) of the rule that named the scenario's own fault
+    (its triage): the fault explains that symptom, not a replica it did not touch, so that rule
+    is left out here (a lost node's DEAD count says nothing of the survivor's hung engine).
+    """
+    view = Timeline()
+    rows = [r for r in timeline.rows if failure.replica is None or not _about_others(r, failure.replica)]
+    view.append_tick(rows)
+    for name, t in timeline.marks.items():
+        view.mark(name, t)
+    rules = [
+        rule for rule in RULES if fault_symptom is None or (rule.probe, rule.condition.value) != fault_symptom
+    ]
+    start, end = failure.at - 1.0, failure.at + TRIAGE_LOOKAHEAD_S
+    matches = [m for rule in rules if (m := match_rule(rule, view, start, end, start, thresholds))]
+    order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}
+
+    def rank(match: Match) -> tuple[int, bool, int]:
+        # A failure outside the fault is told by its own replica first: a cut link or a lost
+        # node under it, then what its own server and requests say, then the rest (Serve
+        # re-placing the replica it lost grows Ray's actors: a consequence, not the cause).
+        if match.rule.layer is Layer.NETWORK or match.rule.probe in NODE_LOSS_PROBES:
+            tier = 0
+        elif failure.replica is not None and _about(match, failure.replica):
+            tier = 1
+        else:
+            tier = 2
+        return tier, match.rule.symptom, order.get(match.rule.layer, len(order))
+
+    ranked = sorted(matches, key=rank)
+    if ranked:
+        top = ranked[0]
+        return TriageResult(
+            top.rule.layer.value,
+            top.reason,
+            {"probe": top.rule.probe, "condition": top.rule.condition.value, "value": top.value, "t": top.t,
+             "labels": dict(top.labels), "window": [start, end],
+             "also": [f"{m.rule.layer.value}: {m.reason}" for m in ranked[1:]]},
+        )  # fmt: skip
+    if failure.replica is None:
+        return TriageResult("unknown", f"no triage rule matched between {start:.3f} and {end:.3f}", {})
+    # Nothing else showed: a replica that stopped serving on its own is its engine's failure.
+    return TriageResult("vllm", f"{failure.replica} stopped serving: {failure.reason}", {"slo": failure.slo})

@@ -1,0 +1,214 @@
+"""The platform steady state (steady_state/platform.py) on synthetic timelines.
+
+The story (seconds after t0): baseline 0-10, the fault injected at 10 and reverted at 30, the
+run's last sample at 70. Two replicas answer canary requests in turn, two a second; the
+scenario's own recovery SLO reads a placement group count that is back at 0 right after the
+revert. Each test then breaks one part of the platform that the scenario did not touch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from inferchaos.errors import ConfigError
+from inferchaos.steady_state.evaluation import counts_toward, evaluate
+from inferchaos.steady_state.platform import (
+    NO_DETECTOR_FIRING,
+    PlatformAllowance,
+    PlatformSteadyState,
+    detector_evolution,
+    ensure_platform_is_valid,
+    judged_again,
+    platform_failure,
+    platform_slos,
+    triage_failure,
+    with_platform,
+)
+from inferchaos.steady_state.slo import Op, Phase, RecoverySpec, Slo, SloSpec
+from inferchaos.steady_state.timeline import Row, Timeline
+
+if TYPE_CHECKING:
+    from conftest import Synth
+
+MARKS = {"baseline_start": 0, "injected": 10, "reverted": 30, "end": 70}
+END = 70
+TIMEOUT_S = 10.0
+
+# The scenario's own fault and its signal: a placement group PENDING while the fault acts.
+OWN = SloSpec(
+    slos=(
+        Slo("no_pending_after", "ray.pending_pgs", "max", Op.LE, 0, Phase.RECOVERY, window_s=3),
+        Slo("availability", "canary.success", "mean", Op.GE, 0.9, Phase.DURING),
+    ),
+    recovery=RecoverySpec(within_s=30, hold_s=3, steady=("no_pending_after",)),
+)
+
+# (time, replica) -> (success, ttft): the canary's requests; None: the request never finished.
+Outcome = Callable[[float, str], float | None]
+
+
+def healthy(t: float, replica: str) -> float | None:
+    return 1.0
+
+
+def canary_rows(synth: Synth, outcome: Outcome, hang_s: float = TIMEOUT_S) -> list[Row]:
+    """Two requests a second, to replica-0 then replica-1. A request ``outcome`` says hangs
+    (None) fails ``hang_s`` later, named after its replica (the front door answered headers)."""
+    rows = []
+    oldest: dict[float, float] = {}
+    for k in range(2 * END):
+        sent = k / 2
+        replica = f"replica-{k % 2}"
+        result = outcome(sent, replica)
+        if result is None:
+            done = sent + hang_s
+            for tick in range(int(sent) + 1, min(END, int(done)) + 1):
+                oldest[tick] = max(oldest.get(tick, 0.0), tick - sent)
+            if done <= END:
+                rows.append(Row(synth.t0 + done, "canary.success", {"replica": replica}, 0.0))
+            continue
+        rows.append(Row(synth.t0 + sent + 0.1, "canary.success", {"replica": replica}, result))
+        if result:
+            rows.append(Row(synth.t0 + sent + 0.1, "canary.ttft_s", {"replica": replica}, 0.1))
+    rows += [Row(synth.t0 + t, "canary.oldest_wait_s", {}, oldest.get(t, 0.05)) for t in range(END + 1)]
+    return rows
+
+
+def platform_rows(synth: Synth, *, healthy_0: list[float] | None = None) -> list[Row]:
+    n = END + 1
+    return [
+        *synth.rows("vllm.healthy", healthy_0 or [1.0] * n, labels={"replica": "replica-0"}),
+        *synth.rows("vllm.healthy", [1.0] * n, labels={"replica": "replica-1"}),
+        *synth.rows("ray.nodes_alive", [3.0] * n),
+        *synth.rows("ray.serve_replicas", [2.0] * n, labels={"state": "RUNNING"}),
+        *synth.rows("ray.pending_pgs", [1.0 if 10 <= t < 31 else 0.0 for t in range(n)]),
+    ]
+
+
+def run(synth: Synth, outcome: Outcome = healthy, **kwargs: list[float]) -> Timeline:
+    return synth.timeline(canary_rows(synth, outcome), platform_rows(synth, **kwargs), **MARKS)
+
+
+def judge(timeline: Timeline, allows: frozenset[str] = frozenset()) -> tuple[SloSpec, object]:
+    state = PlatformSteadyState(TIMEOUT_S, PlatformAllowance(allows))
+    spec = with_platform(OWN, timeline, state)
+    evolution, _ = detector_evolution(timeline)
+    return spec, evaluate(
+        timeline, spec, extra={NO_DETECTOR_FIRING: evolution}, judged_again=judged_again(spec)
+    )
+
+
+def failed(evaluation: object) -> set[str]:
+    return {r.name for r in evaluation.slos if not r.ok}  # type: ignore[attr-defined]
+
+
+def test_a_healthy_platform_holds_every_part_and_recovers(synth: Synth) -> None:
+    timeline = run(synth)
+    spec, evaluation = judge(timeline)
+    assert failed(evaluation) == set()
+    assert evaluation.recovery.recovered  # type: ignore[attr-defined]
+    names = {slo.name for slo in spec.slos}
+    # Every replica the baseline saw, Ray's nodes, Serve's replicas and the front door.
+    for part in ("replica-0.serves_after", "replica-1.answers_during", "nodes_after", "serve_replicas_after",
+                 "front_door_after", "no_stuck_request_before"):  # fmt: skip
+        assert f"platform.{part}" in names
+
+
+def test_recovery_holds_at_least_one_request_timeout(synth: Synth) -> None:
+    spec, evaluation = judge(run(synth))
+    assert spec.recovery is not None and spec.recovery.hold_s == TIMEOUT_S
+    # The scenario's own steady SLOs are kept, the platform's added.
+    assert spec.recovery.steady[0] == "no_pending_after"
+    assert "platform.replica-1.serves_after" in spec.recovery.steady
+
+
+def test_a_replica_frozen_for_good_at_the_revert_fails_recovery_and_is_named(synth: Synth) -> None:
+    """The fault's own signal is back 1 s after the revert; replica-0 hangs from the revert on."""
+    timeline = run(synth, lambda t, r: None if r == "replica-0" and t >= 30 else 1.0)
+    own_only = evaluate(timeline, OWN)
+    assert own_only.recovery is not None and own_only.recovery.recovered, "today's verdict: recovered"
+    spec, evaluation = judge(timeline)
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    assert not recovery.recovered
+    assert "platform.replica-0.serves_after" in recovery.failing_at_end
+    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S),  # type: ignore[attr-defined]
+                               recovery.failing_at_end)  # fmt: skip
+    assert failure is not None and failure.replica == "replica-0" and failure.phase == "recovery"
+    assert triage_failure(timeline, failure, {}).layer == "vllm"
+
+
+def test_a_request_stuck_in_the_hold_fails_it_before_it_times_out(synth: Synth) -> None:
+    """A request sent into a hung replica waits in the hold: the stall detector fires there."""
+    timeline = run(synth, lambda t, r: None if r == "replica-0" and 31.0 <= t < 31.5 else 1.0)
+    _, evaluation = judge(timeline)
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    # It recovers, but only once the stuck request has ended: not from the revert on.
+    assert recovery.recovered and recovery.time_to_recover_s > 10
+    _, firing = detector_evolution(timeline)
+    assert firing and firing[0].detector == "stalled_request"
+
+
+def test_a_replica_the_fault_did_not_target_frozen_during_the_fault_is_named(synth: Synth) -> None:
+    timeline = run(synth, lambda t, r: None if r == "replica-1" and 12 <= t < 30 else 1.0)
+    spec, evaluation = judge(timeline, allows=frozenset({"replica-0"}))
+    assert "platform.replica-1.serves_during" in failed(evaluation)
+    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-0"}))), ())  # type: ignore[attr-defined]  # fmt: skip
+    assert failure is not None and (failure.replica, failure.phase) == ("replica-1", "during")
+    assert triage_failure(timeline, failure, {}).layer == "vllm"
+
+
+def test_the_replica_a_scenario_allows_out_may_stop_serving_while_the_fault_acts(synth: Synth) -> None:
+    timeline = run(synth, lambda t, r: 0.0 if r == "replica-1" and 10 <= t < 29 else 1.0)
+    _, allowed = judge(timeline, allows=frozenset({"replica-1"}))
+    assert not any(n.startswith("platform.replica-1") for n in failed(allowed))
+    _, strict = judge(timeline)
+    assert "platform.replica-1.serves_during" in failed(strict)
+
+
+def test_a_replica_down_at_baseline_fails_the_baseline(synth: Synth) -> None:
+    timeline = run(synth, healthy_0=[float("nan")] * 6 + [1.0] * (END - 5))
+    spec, evaluation = judge(timeline)
+    assert "platform.replica-0.answers_before" in failed(evaluation)
+    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S), ())  # type: ignore[attr-defined]
+    assert failure is not None and (failure.replica, failure.phase) == ("replica-0", "baseline")
+
+
+def test_a_platform_that_broke_again_after_its_hold_has_not_recovered(synth: Synth) -> None:
+    timeline = run(synth, lambda t, r: 0.0 if r == "replica-0" and t >= 60 else 1.0)
+    _, evaluation = judge(timeline)
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    assert not recovery.recovered
+    assert "failed again" in recovery.reason
+
+
+def test_platform_slos_follow_the_parts_the_baseline_saw(synth: Synth) -> None:
+    """No canary, no Ray: only the replicas' own servers are judged; no baseline, nothing."""
+    timeline = synth.timeline(platform_rows(synth)[: 2 * (END + 1)], **MARKS)
+    names = {slo.name for slo in platform_slos(timeline, PlatformSteadyState(TIMEOUT_S))}
+    assert names and all(".answers_" in n for n in names)
+    assert platform_slos(Timeline(), PlatformSteadyState(TIMEOUT_S)) == ()
+
+
+def test_attributed_only_leaves_out_failures_no_replica_answered() -> None:
+    slo = Slo("s", "canary.success", "mean", Op.GE, 0.9, Phase.DURING, {"replica": "replica-0"})
+    unattributed = Row(0.0, "canary.success", {}, 0.0)
+    assert counts_toward(unattributed, slo)
+    assert not counts_toward(unattributed, Slo(**{**slo.__dict__, "attributed_only": True}))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("x", "platform: must be a mapping"),
+        ({"allow": {}}, "platform.allow: unknown key"),
+        ({"allows": {"replicas": "replica-0"}}, "platform.allows.replicas: must be a list"),
+        ({"allows": {"nodes": 1}}, "platform.allows.nodes: unknown key"),
+    ],
+)
+def test_bad_platform_keys_are_refused_in_one_line(value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ensure_platform_is_valid(value)
+    assert ensure_platform_is_valid({"allows": {"replicas": ["replica-1"]}}).replicas == {"replica-1"}
