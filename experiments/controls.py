@@ -14,8 +14,11 @@ exists to catch:
   while its peer restarts); ``at: inject`` right after the scenario's fault bit (a flooded
   replica that then hangs); ``at: revert`` right before the scenario's fault is reverted, once the fault's evidence
   is read, for a break that would stop the fault itself from biting (GPUs held while a
-  stall must show GPUs free). Never after the revert: such a break could lose the race
-  against a quick recovery and let the scenario pass a platform it should fail.
+  stall must show GPUs free). ``at: baseline`` starts one as the baseline starts, and
+  ``at: recovery`` right after the revert: a failure the scenario did not inject, before the
+  fault or as the platform recovers from it, which the platform steady state
+  (steady_state/platform.py) must catch and name. Recovery holds for at least one request
+  timeout, so a break just after the revert cannot lose the race against a quick recovery.
 
 Sabotage and held faults are ledger entries like any fault, so ``inferchaos cleanup``
 reverts them after a crash. A control is judged by :func:`control_outcome`: it must end
@@ -45,11 +48,13 @@ from inferchaos.status import Status
 
 
 class SabotageAt(StrEnum):
-    """When a sabotage fault starts: after the scenario's fault is injected, or just before its revert."""
+    """When a sabotage fault starts, from the baseline's start to right after the revert."""
 
+    BASELINE = "baseline"
     BEFORE_INJECT = "before_inject"
     INJECT = "inject"
     REVERT = "revert"
+    RECOVERY = "recovery"
 
 
 @dataclass
@@ -106,8 +111,10 @@ class ControlSpec:
 
     @property
     def name(self) -> str:
-        """The run's name: the scenario's, marked as its control."""
-        return f"{self.scenario.name}.control"
+        """The run's name: the scenario's, marked as its control (``<scenario>.<variant>.control``
+        for a scenario's further controls, ``controls/<scenario>.<variant>.yaml``)."""
+        stem = self.path.stem if self.path.stem.startswith(f"{self.scenario.name}.") else self.scenario.name
+        return f"{stem}.control"
 
     def run_spec(self) -> ExperimentSpec:
         """The scenario as this control runs it: unchanged but for its name."""
@@ -167,13 +174,14 @@ def control_path(scenario: Path) -> Path:
 
 
 def controls_of(scenarios: list[Path]) -> list[Path]:
-    """The control file of every scenario; ConfigError naming the first scenario without one."""
+    """The control files of every scenario (its control, then its further ones,
+    ``controls/<name>.<variant>.yaml``); ConfigError naming the first scenario without one."""
     paths = []
     for scenario in scenarios:
         path = control_path(scenario)
         if not path.is_file():
             raise ConfigError(f"--controls: {scenario.name} ships no negative control (expected {path})")
-        paths.append(path)
+        paths += [path, *sorted(path.parent.glob(f"{scenario.stem}.*{path.suffix}"))]
     return paths
 
 

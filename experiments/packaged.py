@@ -36,9 +36,12 @@ def packaged_experiments() -> dict[str, Path]:
 def _known_names(packaged: dict[str, Path]) -> str:
     """The packaged names in one short clause: the scenarios, then which of them ship a control."""
     scenarios = [name for name in packaged if "/" not in name]
-    controlled = [name.split("/", 1)[1] for name in packaged if "/" in name]
-    if controlled == scenarios:
-        controls = f"{CONTROLS_DIR}/<name> for the negative control of each"
+    # A scenario's further controls are ``controls/<name>.<variant>``.
+    controlled = sorted({name.split("/", 1)[1].split(".", 1)[0] for name in packaged if "/" in name})
+    variants = [name for name in packaged if "/" in name and "." in name.split("/", 1)[1]]
+    if controlled == sorted(scenarios):
+        more = f" (and {', '.join(variants)})" if variants else ""
+        controls = f"{CONTROLS_DIR}/<name> for the negative control of each{more}"
     else:
         controls = f"negative controls: {', '.join(f'{CONTROLS_DIR}/{name}' for name in controlled)}"
     return f"packaged experiments: {', '.join(scenarios)}; {controls}"

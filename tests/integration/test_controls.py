@@ -2,9 +2,12 @@
 
 Each control runs through the CLI, as `inferchaos run experiments/controls/<scenario>.yaml`
 does: the scenario exactly as written, against the real environment broken on purpose (a hung
-engine, actors never released, a GPU that stays held, a node never replaced, a survivor that
-stalls). It must exit 1 with the expected triage layer, and everything it broke must be
-restored afterwards: empty ledger, no stopped process, no leaked actor, every replica healthy.
+engine, a health check that cannot see it, a node never replaced, a survivor that stalls) or
+with a failure the scenario did not inject, in another layer than its fault's and in every
+phase: a replica frozen at baseline, while the fault acts, or for good as the platform recovers.
+It must exit 1 with the expected SLOs failed and the expected triage layer, and everything it
+broke must be restored afterwards: empty ledger, no stopped process, no leaked actor, every
+replica healthy.
 """
 
 from __future__ import annotations
@@ -24,22 +27,39 @@ from inferchaos.faults.ledger import Ledger
 pytestmark = pytest.mark.integration
 
 CONTROLS = Path(__file__).resolve().parents[2] / "experiments" / "controls"
-# node_loss and network_partition_long last: their held faults replace a worker node, which
-# changes the cluster's shape.
-EXPECTED = {
-    "kv_flood": "vllm",
-    "actor_leak": "ray",
-    "strict_pg_stall": "ray",
-    "gpu_memory_squat": "device",
-    "serve_controller_loss": "ray",
-    "engine_hang": "vllm",
-    "slow_replica": "vllm",
-    "engine_death": "vllm",
-    "network_partition_short": "network",
-    "slow_link": "network",
-    "node_loss": "ray",
-    "network_partition_long": "network",
+# Per scenario: the triage layer, and SLOs of which at least one must fail (a name ending in
+# a dot is a prefix: the platform steady state's SLOs of that part). node_loss and
+# network_partition_long last: their held faults replace a worker node, which changes the
+# cluster's shape.
+EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "kv_flood": ("vllm", ("queue_after", "replica_0_serves_after", "platform.replica-0.")),
+    # A second failure in another layer while the fault acts (Ray's leak, vLLM's hang).
+    "actor_leak": ("vllm", ("platform.replica-1.serves_during", "canary_ttft_p95", "availability")),
+    # A failure the scenario did not inject, as the platform recovers.
+    "strict_pg_stall": ("vllm", ("platform.replica-0.", "platform.front_door_after")),
+    # The squat is the device's; the survivor that hangs meanwhile is vLLM's.
+    "gpu_memory_squat": ("vllm", ("survivor_serves", "survivor_ttft", "availability")),
+    # A failure before anything is injected.
+    "serve_controller_loss": (
+        "vllm",
+        ("platform.replica-1.answers_before", "platform.no_stuck_request_before"),
+    ),
+    "engine_hang": ("vllm", ("out_of_rotation", "availability", "ttft_after")),
+    "slow_replica": ("vllm", ("slow_share", "front_door_e2e")),
+    "engine_death": ("vllm", ("survivor_ttft", "routed_around", "platform.replica-1.")),
+    # A failure in another layer than the network, as the platform recovers.
+    "network_partition_short": ("vllm", ("platform.replica-1.", "ttft_after")),
+    "slow_link": ("network", ("front_door_ttft", "survivor_ttft", "ttft_after")),
+    "node_loss": ("ray", ("nodes_back", "replica_back", "platform.nodes_after")),
+    # A second failure in another layer: the survivor hangs while the node is lost (Ray's fault).
+    "node_loss.survivor_hangs": ("vllm", ("availability", "canary_ttft_p95", "platform.replica-0.")),
+    "network_partition_long": ("network", ("nodes_back", "replica_back", "platform.nodes_after")),
 }
+
+
+def _failed(verdict: dict, expected: tuple[str, ...]) -> list[str]:
+    failed = [s["name"] for s in verdict["slos"] if not s["ok"]]
+    return [n for n in failed if any(n == e or (e.endswith(".") and n.startswith(e)) for e in expected)]
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))
@@ -63,9 +83,17 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
     slos = {s["name"]: (s["ok"], s["observed"]) for s in verdict["slos"]}
     print(f"{scenario}.control: {verdict['status']} — {verdict['reason']}; triage {verdict['triage']['layer']}; "
           f"slos {slos}; control {verdict['control']}")  # fmt: skip
+    layer, must_fail = EXPECTED[scenario]
     assert result.returncode == 1, f"{verdict['reason']}\n{result.stderr[-2000:]}"
-    assert verdict["fault"]["effect_observed"] is True, "the scenario's own fault must still bite"
-    assert verdict["triage"]["layer"] == EXPECTED[scenario], verdict["triage"]
+    # Failed, or aborted by a stop condition (no replica left to serve): judged either way.
+    assert verdict["status"] == "failed" or verdict["stop_condition"], verdict["reason"]
+    assert _failed(verdict, must_fail), f"none of {must_fail} failed: {verdict['reason']}"
+    if "baseline_start" in verdict["phases"] and "injected" not in verdict["phases"]:
+        # Not steady before the fault: nothing was injected, and the run names what failed.
+        assert verdict["fault"] is None and verdict["platform"]["failure"]["phase"] == "baseline"
+    else:
+        assert verdict["fault"]["effect_observed"] is True, "the scenario's own fault must still bite"
+    assert verdict["triage"]["layer"] == layer, verdict["triage"]
     assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
     assert all(entry["ok"] for entry in verdict["control"]["released"]), verdict["control"]["released"]
     assert "control: failed as expected" in result.stdout
