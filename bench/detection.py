@@ -43,9 +43,10 @@ from inferchaos.steady_state.detection import SignalDetection, signal_title
 FAULTS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("vllm.hang_engine", {"replica": 0}),
     ("vllm.slow_engine", {"replica": 0}),
-    ("ray.kill_serve_controller", {}),
+    # Their reverts wait for the platform; the recovery window must end before that wait does.
+    ("ray.kill_serve_controller", {"recover_timeout_s": 150}),
     ("vllm.kill_engine", {"replica": 0}),
-    ("ray.kill_gcs", {}),
+    ("ray.kill_gcs", {"recover_timeout_s": 150}),
 )
 
 

