@@ -53,6 +53,7 @@ from inferchaos.steady_state.evaluation import (
 )
 from inferchaos.steady_state.platform import (
     NO_DETECTOR_FIRING,
+    FaultSymptom,
     PlatformFailure,
     PlatformSteadyState,
     detector_evolution,
@@ -813,8 +814,13 @@ class Runner:
                 )
         if failure is not None:
             own = triage_result.evidence if triage_result is not None else {}
+            labels = own.get("labels")
             symptom = (
-                (str(own["probe"]), str(own["condition"])) if "probe" in own and "condition" in own else None
+                FaultSymptom(
+                    str(own["probe"]), str(own["condition"]), dict(labels) if isinstance(labels, dict) else {}
+                )
+                if "probe" in own and "condition" in own
+                else None
             )
             triage_result = triage_failure(timeline, failure, triage_thresholds(spec), symptom)
             reason = f"{reason}; not injected by the scenario: {_failure_line(failure)}"

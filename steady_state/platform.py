@@ -420,6 +420,21 @@ def healed_replicas(timeline: Timeline, state: PlatformSteadyState, steady_at: f
     return healed
 
 
+@dataclass(frozen=True)
+class FaultSymptom:
+    """The reading that named the scenario's own fault: a rule's probe and condition on one series."""
+
+    probe: str
+    condition: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def explains(self, match: Match) -> bool:
+        """Whether ``match`` is this same symptom (same rule, same series)."""
+        return (match.rule.probe, match.rule.condition.value) == (self.probe, self.condition) and dict(
+            match.labels
+        ) == dict(self.labels)
+
+
 # Ray's own readings of a node lost: the node under a replica, not the replica, failed.
 NODE_LOSS_PROBES = ("ray.nodes_dead", "ray.nodes_alive")
 # Seconds after a failure's first sign in which its triage looks for the cause.
@@ -446,26 +461,29 @@ def triage_failure(
     timeline: Timeline,
     failure: PlatformFailure,
     thresholds: Mapping[str, float],
-    fault_symptom: tuple[str, str] | None = None,
+    fault_symptom: FaultSymptom | None = None,
 ) -> TriageResult:
     """The layer at fault for a failure the scenario did not inject: triage over what the
     timeline says of its replica (and of the platform as a whole) from just before its first
     sign, so that the fault's own standing symptoms, already there, do not answer for it.
 
-    ``fault_symptom`` is the (probe, condition) of the rule that named the scenario's own fault
-    (its triage): the fault explains that symptom, not a replica it did not touch, so that rule
-    is left out here (a lost node's DEAD count says nothing of the survivor's hung engine).
+    ``fault_symptom`` is the reading that named the scenario's own fault (its triage): the
+    fault explains that series, not a replica it did not touch, so it is left out here (a lost
+    node's DEAD count says nothing of the survivor's hung engine). The same rule on another
+    series (another node's slowed link) still counts.
     """
     view = Timeline()
     rows = [r for r in timeline.rows if failure.replica is None or not _about_others(r, failure.replica)]
     view.append_tick(rows)
     for name, t in timeline.marks.items():
         view.mark(name, t)
-    rules = [
-        rule for rule in RULES if fault_symptom is None or (rule.probe, rule.condition.value) != fault_symptom
-    ]
     start, end = failure.at - 1.0, failure.at + TRIAGE_LOOKAHEAD_S
-    matches = [m for rule in rules if (m := match_rule(rule, view, start, end, start, thresholds))]
+    matches = [
+        m
+        for rule in RULES
+        if (m := match_rule(rule, view, start, end, start, thresholds))
+        and (fault_symptom is None or not fault_symptom.explains(m))
+    ]
     order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}
 
     def rank(match: Match) -> tuple[int, bool, int]:
