@@ -15,7 +15,7 @@ from typing import Any
 
 from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.steady_state.evaluation import evaluate_slo, recover
-from inferchaos.steady_state.slo import Op, ensure_slos_are_valid
+from inferchaos.steady_state.slo import DEFAULT_CANARY_TIMEOUT_S, Op, ensure_slos_are_valid
 from inferchaos.steady_state.timeline import read_timeline
 
 # The probe and its tolerance, as Chaos Toolkit's discovery lists them (experiments/discovery.py).
@@ -40,13 +40,15 @@ def slo_observed(
     slo: Mapping[str, Any],
     recovery: Mapping[str, Any] | None = None,
     steady: Sequence[Mapping[str, Any]] = (),
+    canary_timeout_s: float = DEFAULT_CANARY_TIMEOUT_S,
 ) -> float:
     """The value ``slo`` (its declaration in the experiment's ``slos``) observed over its phase of
     ``timeline`` (a run's timeline.csv; a relative path is read from the current directory).
 
     ``recovery`` and ``steady`` (the experiment's recovery declaration and the declarations of
     its steady SLOs) let a windowed recovery SLO be judged where recovery was confirmed, as the
-    runner's verdict judged it.
+    runner's verdict judged it. ``canary_timeout_s`` (the experiment's
+    ``canary.request_timeout_s``) gives a relative latency bound the ceiling the runner gave it.
 
     Raises ProbeError, which chaoslib records as a failed probe, when the SLO could not be
     judged by its value (see :func:`value_decides`).
@@ -56,7 +58,7 @@ def slo_observed(
     if recovery is not None:
         declared["recovery"] = dict(recovery)
     try:
-        spec = ensure_slos_are_valid(declared)
+        spec = ensure_slos_are_valid(declared, canary_timeout_s=canary_timeout_s)
         recorded = read_timeline(Path(timeline))
         result = evaluate_slo(recorded, spec.slos[0], recovery=recover(recorded, spec))
     except ConfigError as e:

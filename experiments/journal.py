@@ -85,12 +85,16 @@ def _activity_run(activity: Mapping[str, Any], act: Act) -> dict[str, Any]:
 
 
 def _slo_activity(
-    declared: Mapping[str, Any], threshold: float | None, recovery: Mapping[str, Any] | None = None
+    declared: Mapping[str, Any],
+    threshold: float | None,
+    canary_timeout_s: float,
+    recovery: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The SLO as a hypothesis probe: its declaration is the provider's argument, its
     comparison (with the threshold this run used) the tolerance. ``recovery`` (the recovery
     declaration and the steady SLOs' declarations) goes with a windowed recovery SLO, which is
-    judged where recovery was confirmed."""
+    judged where recovery was confirmed; the canary's timeout gives a relative latency bound
+    the ceiling the run gave it."""
     name = str(declared["name"])
     return {
         "type": "probe",
@@ -99,7 +103,12 @@ def _slo_activity(
             "type": "python",
             "module": ctk_slo.__name__,
             "func": ctk_slo.slo_observed.__name__,
-            "arguments": {"timeline": TIMELINE, "slo": dict(declared), **(recovery or {})},
+            "arguments": {
+                "timeline": TIMELINE,
+                "slo": dict(declared),
+                **(recovery or {}),
+                "canary_timeout_s": canary_timeout_s,
+            },
         },
         "tolerance": {
             "type": "probe",
@@ -119,6 +128,7 @@ def _probe_run(
     slo: Mapping[str, Any],
     start: float,
     end: float,
+    canary_timeout_s: float,
     recovery: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One SLO's judgement as chaoslib's hypothesis writes a probe's run: ``failed`` with an
@@ -126,7 +136,9 @@ def _probe_run(
     judged = ctk_slo.value_decides(slo["observed"], slo["ok"], slo["op"], slo["threshold"])
     windowed_recovery = declared.get("phase") == Phase.RECOVERY.value and declared.get("window_s") is not None
     run: dict[str, Any] = {
-        "activity": _slo_activity(declared, slo["threshold"], recovery if windowed_recovery else None),
+        "activity": _slo_activity(
+            declared, slo["threshold"], canary_timeout_s, recovery if windowed_recovery else None
+        ),
         "output": slo["observed"] if judged else None,
         "status": "succeeded" if judged else "failed",
         **_timed(start, end),
@@ -175,7 +187,10 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
     return {
         "steady_state_met": all(s["ok"] for s in slos),
         # An SLO not in the file (none today) is described by what the verdict says of it.
-        "probes": [_probe_run(declared.get(s["name"], _declared_from(s)), s, *span, recovery) for s in slos],
+        "probes": [
+            _probe_run(declared.get(s["name"], _declared_from(s)), s, *span, spec.canary_timeout_s, recovery)
+            for s in slos
+        ],
     }
 
 

@@ -277,7 +277,7 @@ def ensure_recovery_window_is_shorter_than_the_revert(path: Path, step: FaultSte
                 f"not fail the window; raise {arg}")  # fmt: skip
 
 
-def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:
+def _stop_conditions(path: Path, raw: Any, canary_timeout_s: float) -> tuple[Slo, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -292,7 +292,11 @@ def _stop_conditions(path: Path, raw: Any) -> tuple[Slo, ...]:
             raise _fail(path, f"stop_conditions[{index}]", "must be a mapping")
         entries.append({"agg": "last", **entry, "phase": "during"})
     try:
-        conditions = ensure_slos_are_valid({"slos": entries}).slos if entries else ()
+        conditions = (
+            ensure_slos_are_valid({"slos": entries}, canary_timeout_s=canary_timeout_s).slos
+            if entries
+            else ()
+        )
     except ConfigError as e:
         raise ConfigError(f"{path}: {str(e).replace('slos[', 'stop_conditions[', 1)}") from e
     for index, condition in enumerate(conditions):
@@ -330,10 +334,11 @@ def ensure_experiment_is_valid(raw: dict[str, Any], path: Path) -> ExperimentSpe
     baseline_s = _seconds(path, "baseline.duration_s", baseline.get("duration_s", 10))
     canary_timeout_s, canary_max_in_flight = _canary(path, raw.get("canary"))
     try:
-        slos = ensure_slos_are_valid(raw)
+        # The canary's timeout bounds what its latency probes read: a bound must lie below it.
+        slos = ensure_slos_are_valid(raw, canary_timeout_s=canary_timeout_s)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from e
-    stop_conditions = _stop_conditions(path, raw.get("stop_conditions"))
+    stop_conditions = _stop_conditions(path, raw.get("stop_conditions"), canary_timeout_s)
     ensure_recovery_window_is_shorter_than_the_revert(path, fault, slos)
     _ensure_chaostoolkit_accepts(raw, path)
     try:

@@ -54,10 +54,34 @@ class Phase(StrEnum):
     RECOVERY = "recovery"
 
 
+# The canary's latency probes. A canary request that has not answered by its timeout fails, and
+# a failed request enters these percentiles at that timeout (steady_state/censoring.py): none of
+# them can read more than the timeout, so a bound at or above it can never be breached.
+CANARY_LATENCY_PROBES: frozenset[str] = frozenset({"canary.ttft_s", "canary.e2e_s", "canary.itl_s"})
+# CanaryPace.request_timeout_s's default (steady_state/canary.py, which this module may not
+# import: reports read SLOs without the canary's HTTP client); a unit test keeps them equal.
+DEFAULT_CANARY_TIMEOUT_S = 10.0
+# A relative bound on a canary latency probe that declares no ceiling is capped at this share
+# of the canary's timeout. Half leaves a request slower than the cap time to arrive and count
+# as a breach, and failed requests (at the timeout) exceed it by a margin no baseline closes;
+# it is also several times every healthy value a relative bound here has read.
+DEFAULT_CEILING_SHARE = 0.5
+# Aggregates whose value is one of the readings or lies between them: a probe's timeout bounds
+# them too. A count or a rate is not in seconds.
+BOUNDED_BY_READINGS: frozenset[str] = frozenset({"mean", "max", "min", "p50", "p95", "p99", "last"})
+
+
+def probe_timeout_s(probe: str, canary_timeout_s: float) -> float | None:
+    """The most a reading of ``probe`` can be, its own timeout: the canary's request timeout
+    for the canary's latency probes; None for a probe without one."""
+    return canary_timeout_s if probe in CANARY_LATENCY_PROBES else None
+
+
 @dataclass(frozen=True)
 class BaselineScale:
     """A threshold read from the run's own baseline: ``times`` x the same aggregate of the same
-    probe over the baseline phase, plus ``plus``, and never below ``at_least``.
+    probe over the baseline phase, plus ``plus``, never below ``at_least`` and never above
+    ``at_most``.
 
     Latency on 2 shared cores and on a GPU cluster differ by an order of magnitude; a scenario
     that says "TTFT may triple, not more" means the same thing on both, where a fixed number
@@ -68,22 +92,29 @@ class BaselineScale:
     machine, whatever their baseline: ``plus`` says "the baseline and at most this much more".
     A ratio would give it no teeth on a slow machine: a CI run whose baseline p95 read 0.6 s
     allowed 1.8 s under "3 x baseline", and passed a platform whose every path paid a second.
+
+    ``at_most`` keeps a slow baseline from scaling the bound out of reach: the canary's latency
+    probes cannot read more than its request timeout, so "30 x baseline" on a 0.34 s baseline
+    could never fail. Validation gives every such bound a ceiling below the timeout.
     """
 
     times: float = 1.0
     plus: float = 0.0
     at_least: float = 0.0
+    at_most: float = math.inf
 
     def threshold(self, baseline: float) -> float:
         """The threshold a baseline of ``baseline`` gives."""
-        return max(self.at_least, self.times * baseline + self.plus)
+        return min(self.at_most, max(self.at_least, self.times * baseline + self.plus))
 
     def describe(self) -> str:
-        """``3 x baseline`` or ``baseline + 0.75`` (``, at least 0.3``), for verdicts and reports."""
+        """``3 x baseline`` or ``baseline + 0.75`` (``, at least 0.3``, ``, at most 5``), for
+        verdicts and reports."""
         scaled = "baseline" if self.times == 1 and self.plus else f"{self.times:g} x baseline"
         added = f" + {self.plus:g}" if self.plus else ""
         floor = f", at least {self.at_least:g}" if self.at_least else ""
-        return f"{scaled}{added}{floor}"
+        ceiling = f", at most {self.at_most:g}" if math.isfinite(self.at_most) else ""
+        return f"{scaled}{added}{floor}{ceiling}"
 
 
 @dataclass(frozen=True)
@@ -262,7 +293,9 @@ def _labels(value: object, path: str) -> dict[str, str]:
     return labels
 
 
-def _slo(entry: object, path: str, known: Collection[str], open_families: Collection[str]) -> Slo:
+def _slo(
+    entry: object, path: str, known: Collection[str], open_families: Collection[str], canary_timeout_s: float
+) -> Slo:
     entry = _mapping(entry, path)
     _no_unknown_keys(entry, path, SLO_KEYS)
     for key in SLO_REQUIRED:
@@ -278,7 +311,14 @@ def _slo(entry: object, path: str, known: Collection[str], open_families: Collec
     if not isinstance(entry["threshold"], Mapping):
         _number(entry["threshold"], f"{path}.threshold")
     phase = Phase(_choice(entry["phase"], f"{path}.phase", "phase", [p.value for p in Phase]))
-    threshold, scale = _threshold(entry["threshold"], f"{path}.threshold", op, phase)
+    timeout = probe_timeout_s(probe, canary_timeout_s) if agg in BOUNDED_BY_READINGS else None
+    threshold, scale = _threshold(entry["threshold"], f"{path}.threshold", op, phase, timeout)
+    if timeout is not None and scale is None and op in (Op.LT, Op.LE) and threshold >= timeout:
+        raise _fail(
+            f"{path}.threshold",
+            f"{threshold:g} can never be breached: {probe} reads at most the canary's"
+            f" {timeout:g} s request timeout (canary.request_timeout_s); give a bound below it",
+        )
     after = entry.get("after_s")
     if after is not None and phase is not Phase.DURING:
         raise _fail(f"{path}.after_s", f"applies to the during phase only, not to {phase.value}")
@@ -296,12 +336,19 @@ def _slo(entry: object, path: str, known: Collection[str], open_families: Collec
     )
 
 
-SCALE_KEYS: tuple[str, ...] = ("times_baseline", "plus_baseline", "at_least")
+SCALE_KEYS: tuple[str, ...] = ("times_baseline", "plus_baseline", "at_least", "at_most")
 
 
-def _threshold(value: object, path: str, op: Op, phase: Phase) -> tuple[float, BaselineScale | None]:
-    """A number, or ``{times_baseline: N, plus_baseline: P, at_least: M}`` (either of the first
-    two, or both) for a threshold read from the baseline."""
+def _threshold(
+    value: object, path: str, op: Op, phase: Phase, timeout_s: float | None = None
+) -> tuple[float, BaselineScale | None]:
+    """A number, or ``{times_baseline: N, plus_baseline: P, at_least: M, at_most: C}`` (either of
+    the first two, or both) for a threshold read from the baseline.
+
+    ``timeout_s`` is the probe's own timeout (:func:`probe_timeout_s`), None where it has none:
+    an upper bound then gets a ceiling below it, ``at_most`` or by default
+    :data:`DEFAULT_CEILING_SHARE` of it.
+    """
     if not isinstance(value, Mapping):
         return _number(value, path), None
     _no_unknown_keys(value, path, SCALE_KEYS)
@@ -324,11 +371,45 @@ def _threshold(value: object, path: str, op: Op, phase: Phase) -> tuple[float, B
     at_least = _number(value.get("at_least", 0.0), f"{path}.at_least")
     if at_least < 0:
         raise _fail(f"{path}.at_least", f"must be 0 or more, got {value['at_least']!r}")
-    for key, given in (("plus_baseline", plus), ("at_least", at_least)):
+    upper_only = (
+        ("plus_baseline", "headroom above the baseline", plus),
+        ("at_least", "a floor", at_least),
+        ("at_most", "a ceiling", "at_most" in value),
+    )
+    for key, what, given in upper_only:
         if given and op in (Op.GT, Op.GE):
-            what = "headroom above the baseline" if key == "plus_baseline" else "a floor"
             raise _fail(f"{path}.{key}", f"{what} only makes sense for < and <=, not {op.value}")
-    return math.nan, BaselineScale(times, plus, at_least)
+    at_most, named = _ceiling(value, path, op, timeout_s)
+    if at_least >= at_most:
+        raise _fail(f"{path}.at_least", f"must be below the ceiling ({named}), got {value['at_least']!r}")
+    return math.nan, BaselineScale(times, plus, at_least, at_most)
+
+
+def _ceiling(value: Mapping[str, Any], path: str, op: Op, timeout_s: float | None) -> tuple[float, str]:
+    """The ceiling of a relative threshold (inf: none), and its name for an error message.
+
+    A probe with a timeout reads no more than it: an upper bound at or above the timeout could
+    never be breached, however slow the platform, so it is refused, and a bound that declares
+    no ceiling gets :data:`DEFAULT_CEILING_SHARE` of the timeout.
+    """
+    if "at_most" not in value:
+        if timeout_s is None or op not in (Op.LT, Op.LE):
+            return math.inf, "none"
+        ceiling = DEFAULT_CEILING_SHARE * timeout_s
+        return (
+            ceiling,
+            f"{ceiling:g}: by default {DEFAULT_CEILING_SHARE:g} x the {timeout_s:g} s canary timeout",
+        )
+    at_most = _number(value["at_most"], f"{path}.at_most")
+    if at_most <= 0:
+        raise _fail(f"{path}.at_most", f"must be more than 0, got {value['at_most']!r}")
+    if timeout_s is not None and at_most >= timeout_s:
+        raise _fail(
+            f"{path}.at_most",
+            f"must be below the canary's {timeout_s:g} s request timeout (canary.request_timeout_s):"
+            f" a bound at or above it can never be breached; got {value['at_most']!r}",
+        )
+    return at_most, f"at_most {at_most:g}"
 
 
 def _recovery(value: object, slo_names: Collection[str]) -> RecoverySpec:
@@ -378,12 +459,16 @@ def ensure_slos_are_valid(
     experiment: Mapping[str, Any],
     known_probes: Collection[str] = KNOWN_PROBES,
     open_families: Collection[str] = OPEN_FAMILIES,
+    canary_timeout_s: float = DEFAULT_CANARY_TIMEOUT_S,
 ) -> SloSpec:
     """Validate the ``slos`` and ``recovery`` keys of ``experiment`` and return them as models.
 
     ``known_probes`` are the exact probe names the run will produce (the catalog by default);
-    names in ``open_families`` (prefixes such as ``load.``) are accepted unchecked. Raises
-    ConfigError at the first problem, its message led by the key path.
+    names in ``open_families`` (prefixes such as ``load.``) are accepted unchecked.
+    ``canary_timeout_s`` is the experiment's ``canary.request_timeout_s``: the canary's latency
+    probes read no more than it, so their bounds must lie below it, and their relative bounds
+    get a ceiling below it. Raises ConfigError at the first problem, its message led by the key
+    path.
     """
     slos = experiment.get("slos")
     if slos is None:
@@ -393,7 +478,7 @@ def ensure_slos_are_valid(
     parsed: list[Slo] = []
     first_index: dict[str, int] = {}
     for index, entry in enumerate(slos):
-        slo = _slo(entry, f"slos[{index}]", known_probes, open_families)
+        slo = _slo(entry, f"slos[{index}]", known_probes, open_families, canary_timeout_s)
         if slo.name in first_index:
             raise _fail(
                 f"slos[{index}].name", f"duplicate SLO name {slo.name!r} (also slos[{first_index[slo.name]}])"

@@ -150,6 +150,9 @@ def test_the_hypothesis_lists_every_slo_as_declared_and_the_method_samples_besid
     for probe in live:
         assert probe["provider"]["arguments"]["recovery"] == raw["recovery"]
         assert probe["provider"]["arguments"]["steady"] == steady
+        # The canary's timeout caps the relative latency bounds as in the runner (kv_flood's is 30 s).
+        timeout = probe["provider"]["arguments"].get("canary_timeout_s", CanaryPace().request_timeout_s)
+        assert timeout == spec.canary_timeout_s, probe["name"]
     (sampler,) = [p for p in probes if p["provider"]["func"] == "sample_steady_state"]
     # Every SLO, during-phase ones too: the baseline samples on while one has nothing to scale from.
     assert sampler["provider"]["arguments"]["slos"] == raw["slos"]

@@ -109,6 +109,10 @@ EXPECTED: dict[str, str] = {
     "bad_window.yaml": "slos[4].window_s: must be a number, got str '5s'",
     "slo_window_zero.yaml": "slos[4].window_s: must be more than 0 seconds, got 0",
     "duplicate_slo_names.yaml": "slos[1].name: duplicate SLO name 'kv_headroom_before' (also slos[0])",
+    # Bounds that could never be breached: no canary latency reads more than its timeout.
+    "slo_at_most_at_the_timeout.yaml": "slos[4].threshold.at_most: must be below the canary's 30 s request timeout (canary.request_timeout_s): a bound at or above it can never be breached; got 30",
+    "slo_at_least_above_the_ceiling.yaml": "slos[4].threshold.at_least: must be below the ceiling (15: by default 0.5 x the 30 s canary timeout), got 20",
+    "slo_latency_bound_at_the_timeout.yaml": "slos[3].threshold: 30 can never be breached: canary.ttft_s reads at most the canary's 30 s request timeout (canary.request_timeout_s); give a bound below it",
 }  # fmt: skip
 
 

@@ -73,7 +73,7 @@ def test_the_verdict_records_both_numbers(synth: Synth) -> None:
     entry = result.to_dict()
     assert entry["baseline"] == pytest.approx(0.1)
     assert entry["threshold"] == pytest.approx(0.3)
-    assert entry["scale"] == "3 x baseline"
+    assert entry["scale"] == "3 x baseline, at most 5"  # half the canary's 10 s timeout
     assert not entry["ok"]
     assert "3 x baseline 0.1" in result.reason
 
@@ -105,7 +105,7 @@ def test_a_fixed_delay_is_judged_by_the_seconds_it_adds_not_the_ratio(
     (result,) = evaluate(ttft_run(synth, baseline, during, baseline), spec(PLUS)).slos
     assert result.ok is ok
     assert result.threshold == pytest.approx(baseline + 0.75)
-    assert result.to_dict()["scale"] == "baseline + 0.75"
+    assert result.to_dict()["scale"] == "baseline + 0.75, at most 5"
 
 
 def test_a_ratio_to_a_slow_baseline_passes_what_headroom_above_it_catches(synth: Synth) -> None:
