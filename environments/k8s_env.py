@@ -29,6 +29,8 @@ from inferchaos.environments.k8s_config import K8sEnvConfig
 from inferchaos.environments.kind.lifecycle import run_kind_script
 from inferchaos.environments.local.env import connect_driver, list_ray_nodes
 from inferchaos.errors import ConfigError, EnvironmentNotUp
+from inferchaos.layers import EnvName
+from inferchaos.primitives.capabilities import SaneBaseline
 from inferchaos.primitives.env_status import (
     EnvStatus,
     FrontDoorStatus,
@@ -45,6 +47,12 @@ logger = logging.getLogger(__name__)
 
 HTTP_TIMEOUT_S = 3.0
 DEFAULT_VLLM_PORT = 8000
+# kind serves the local environment's tiny CPU model, in containers on a machine of the same
+# kind: the local environment's range.
+KIND_SANE_BASELINE = SaneBaseline(ttft_p95_max_s=2.0)
+# A cluster answers a short canary prompt from GPUs: its first token comes in a fraction of a
+# second, and a second at rest is a platform already in trouble.
+CLUSTER_SANE_BASELINE = SaneBaseline(ttft_p95_max_s=1.0)
 
 
 @dataclass
@@ -83,6 +91,11 @@ class K8sEnvironment:
         self._progress = progress or _log_progress
         self._target = target
         self._token: str | None = None
+
+    @property
+    def sane_baseline(self) -> SaneBaseline:
+        """The worst a healthy baseline reads here: kind's CPU replicas are slower than a cluster's GPUs."""
+        return KIND_SANE_BASELINE if self.name == EnvName.KIND else CLUSTER_SANE_BASELINE
 
     # -- the kube API -----------------------------------------------------------------------
     @property

@@ -16,8 +16,10 @@ baseline and recovery SLO:
   and each SLO is judged over the recovery hold, a baseline SLO included; a during-phase SLO is
   judged over what :func:`sample_during` sampled, as the runner judges it.
 
-A baseline-relative threshold scales with the baseline this run sampled. The timeline is the
-runner's format, so `inferchaos report` and the reports read it too.
+A baseline-relative threshold scales with the baseline this run sampled, once the baseline is
+within the environment's sane range (steady_state/baseline_gate.py; outside it the sampler
+raises and the method never runs). The timeline is the runner's format, so `inferchaos report`
+and the reports read it too.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from inferchaos.faults.actions import (
 )
 from inferchaos.faults.registry import canonical_name
 from inferchaos.primitives.capabilities import Environment
+from inferchaos.steady_state.baseline_gate import SickBaseline, sick_baseline
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.evaluation import (
     PhaseWindow,
@@ -88,12 +91,15 @@ class Sampled:
     reason: str = ""
 
 
-def _spec(slos: Sequence[Mapping[str, Any]], recovery: Mapping[str, Any] | None) -> SloSpec:
+def _spec(
+    slos: Sequence[Mapping[str, Any]], recovery: Mapping[str, Any] | None, canary_timeout_s: float
+) -> SloSpec:
     declared: dict[str, Any] = {"slos": [dict(s) for s in slos]}
     if recovery is not None:
         declared["recovery"] = dict(recovery)
     try:
-        return ensure_slos_are_valid(declared)
+        # The canary's timeout bounds its latency probes: their relative bounds' ceiling lies below it.
+        return ensure_slos_are_valid(declared, canary_timeout_s=canary_timeout_s)
     except ConfigError as e:
         raise ProbeError(f"cannot judge these SLOs: {e}") from e
 
@@ -118,10 +124,12 @@ def sample_steady_state(
     (their baselines are sampled here), ``recovery`` the
     experiment's recovery declaration, ``canary_timeout_s`` and ``canary_max_in_flight`` its
     ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase,
-    ticks, seconds and, after the method, whether and how fast it recovered).
+    ticks, seconds and, after the method, whether and how fast it recovered). Raises
+    SickBaseline, and the method never runs, when the baseline reads outside the environment's
+    sane range (steady_state/baseline_gate.py), as the runner ends such a run as an error.
     """
     path = Path(timeline).resolve()
-    spec = _spec(slos, recovery)
+    spec = _spec(slos, recovery, canary_timeout_s)
     with _LOCK:
         before = path not in _BASELINES
         _BASELINES.add(path)
@@ -129,7 +137,12 @@ def sample_steady_state(
     pace = CanaryPace(request_timeout_s=canary_timeout_s, max_in_flight=canary_max_in_flight)
     if before:
         path.unlink(missing_ok=True)
-        sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace, spec.slos))
+        try:
+            sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace, spec.slos))
+        except SickBaseline:
+            with _LOCK:
+                _BASELINES.discard(path)  # no method follows: a later call samples a baseline again
+            raise
     else:
         with _LOCK:
             _BASELINES.discard(path)
@@ -153,6 +166,10 @@ async def _sample_baseline(
             return elapsed >= seconds and (elapsed >= 2 * seconds or not missing_baselines(timeline, slos))
 
         ticks = await _sample(env, timeline, pace, done, slo_replicas(slos))
+        # As the runner: no bound may scale from a baseline outside the environment's sane range.
+        sick = sick_baseline(timeline, env.sane_baseline)
+        if sick:
+            raise SickBaseline(sick)
         timeline.mark(Mark.INJECTED, time.time())
     return Sampled(Phase.BASELINE.value, ticks, time.time() - started)
 
@@ -321,19 +338,22 @@ def slo_live(
     timeline: str = "timeline.csv",
     recovery: Mapping[str, Any] | None = None,
     steady: Sequence[Mapping[str, Any]] = (),
+    canary_timeout_s: float = CanaryPace.request_timeout_s,
 ) -> dict[str, Any]:
     """Judge ``slo`` (its declaration in the experiment's ``slos``) over what
     :func:`sample_steady_state` last sampled into ``timeline``: the baseline before the method,
     the recovery hold after it (``recovery`` and the ``steady`` SLOs' declarations say where
     recovery was confirmed; unconfirmed, the last moments sampled). A during-phase SLO is
     judged after the method only, over what :func:`sample_during` sampled while the fault acted.
+    ``canary_timeout_s`` is the experiment's ``canary.request_timeout_s``, which bounds the
+    canary's latency probes (a relative bound's ceiling lies below it).
 
     Returns the judgement: ``ok``, ``observed``, ``op``, ``threshold`` (scaled by this run's
     baseline where the SLO is relative to it), ``samples`` and ``reason``; its tolerance is
     :func:`slo_met`.
     """
     name = str(slo.get("name"))
-    spec = _spec([slo, *(s for s in steady if s.get("name") != name)], recovery)
+    spec = _spec([slo, *(s for s in steady if s.get("name") != name)], recovery, canary_timeout_s)
     try:
         recorded = read_timeline(Path(timeline))
     except ConfigError as e:

@@ -38,6 +38,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.baseline_gate import sick_baseline
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.detection import detect_signals
 from inferchaos.steady_state.evaluation import (
@@ -359,6 +360,11 @@ class Runner:
                     "kind": "baseline",
                     "reason": "the platform was not steady before the fault: " + "; ".join(baseline_failures),
                 }
+                return
+            # After the platform's own baseline checks, which name a failure; a slow baseline
+            # otherwise scales no bound: an error, nothing injected.
+            if sick := sick_baseline(timeline, self.env.sane_baseline):
+                self._state.errors.append(sick)
                 return
             await self._fault_window(timeline)
         finally:

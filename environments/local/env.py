@@ -54,7 +54,7 @@ from inferchaos.environments.local.redis_store import (
 from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, write_token
 from inferchaos.errors import ConfigError, EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
-from inferchaos.primitives.capabilities import RayEndpoints
+from inferchaos.primitives.capabilities import RayEndpoints, SaneBaseline
 from inferchaos.primitives.cpu_quota import remove_empty_slow_groups
 from inferchaos.primitives.env_status import (
     EnvStatus,
@@ -220,6 +220,10 @@ class LocalEnvironment:
     name = "local"
     # Its replicas run on this host: the device probe reads its GPUs or memory budgets here.
     local_devices = True
+    # About three times the slowest healthy baseline the scenarios' data record (their comments
+    # in experiments/*.yaml, a busy CI machine's included): slower than that at rest, the
+    # platform or the machine is sick, and a bound scaled from it would judge nothing.
+    sane_baseline = SaneBaseline(ttft_p95_max_s=2.0)
 
     def __init__(
         self,

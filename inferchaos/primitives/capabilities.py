@@ -7,6 +7,7 @@ the capability satisfies structurally.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -179,6 +180,21 @@ class RayEndpoints(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SaneBaseline:
+    """The worst a healthy platform on an environment reads at rest, before any fault.
+
+    A run's relative bounds scale with its own baseline; a baseline read from a sick platform or
+    an overloaded machine would scale them out of reach, and the run would judge nothing. A
+    baseline outside this range ends the run as an error naming it, with nothing injected
+    (steady_state/baseline_gate.py).
+    """
+
+    # The canary's time to first token, p95 over the whole baseline (failed requests counted at
+    # the canary's timeout).
+    ttft_p95_max_s: float
+
+
 class Environment(Protocol):
     """The contract every environment (local, kind, cluster) fulfils; the CLI and the runner use it.
 
@@ -192,6 +208,11 @@ class Environment(Protocol):
     @property
     def local_devices(self) -> bool:
         """Whether the devices its replicas use are this host's: a device probe here reads them."""
+        ...
+
+    @property
+    def sane_baseline(self) -> SaneBaseline:
+        """What a healthy baseline reads at worst here: a run whose baseline reads worse is an error."""
         ...
 
     def up(self) -> EnvStatus:

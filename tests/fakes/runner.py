@@ -26,6 +26,7 @@ from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives.capabilities import SaneBaseline
 from inferchaos.primitives.env_status import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
 from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.canary import CanaryPace
@@ -42,6 +43,8 @@ HEALTHY: dict[str, float] = {
     "vllm.kv_cache_usage": 0.1,
     "vllm.num_requests_waiting": 0.0,
 }
+# The local environment's range (LocalEnvironment.sane_baseline): HEALTHY is well within it.
+SANE = SaneBaseline(ttft_p95_max_s=2.0)
 
 
 @dataclass
@@ -103,6 +106,7 @@ class FakeEnv:
     up: bool = True
     front_door_healthy: bool = True
     ray_connects: int = 0
+    sane_baseline: SaneBaseline = SANE
 
     def status(self) -> EnvStatus:
         return EnvStatus(
@@ -138,6 +142,7 @@ class FakeLocalEnvironment:
     """
 
     name = "local"
+    sane_baseline = SANE
 
     def __init__(self, config: LocalEnvConfig | None = None, progress: Any = None) -> None:
         self._env = FakeEnv()
