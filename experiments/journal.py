@@ -186,7 +186,7 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
     )
     return {
         "steady_state_met": all(s["ok"] for s in slos),
-        # An SLO not in the file (none today) is described by what the verdict says of it.
+        # An SLO not in the file (the platform steady state's) is described by the verdict.
         "probes": [
             _probe_run(declared.get(s["name"], _declared_from(s)), s, *span, spec.canary_timeout_s, recovery)
             for s in slos
@@ -195,6 +195,10 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
 
 
 def _declared_from(slo: Mapping[str, Any]) -> dict[str, Any]:
+    # The platform steady state's SLOs carry their own declaration (runner: ``declared``).
+    declared = slo.get("declared")
+    if isinstance(declared, Mapping):
+        return dict(declared)
     return {key: slo[key] for key in ("name", "phase", "op", "threshold")}
 
 

@@ -57,8 +57,10 @@ from inferchaos.steady_state.platform import (
     FaultSymptom,
     PlatformFailure,
     PlatformSteadyState,
+    declaration,
     detector_evolution,
     healed_replicas,
+    is_platform,
     judged_again,
     platform_failure,
     triage_failure,
@@ -740,7 +742,14 @@ class Runner:
         evaluation = evaluate(
             timeline, judged, extra={NO_DETECTOR_FIRING: evolution}, judged_again=judged_again(judged)
         )
-        slos = [r.to_dict() for r in evaluation.slos]
+        # The platform's SLOs carry their declaration: no experiment file holds it, and a journal's
+        # probe replays an SLO from its declaration.
+        slos = [
+            {**r.to_dict(), "declared": declaration(judged.by_name(r.name))}
+            if is_platform(r.name)
+            else r.to_dict()
+            for r in evaluation.slos
+        ]
         layers = {v.layer: {"ok": v.ok, "slos": list(v.slos)} for v in evaluation.layers}
         fault_outcome = None
         if handle is not None:

@@ -239,6 +239,20 @@ def judged_again(spec: SloSpec) -> tuple[str, ...]:
     return (*(name for name in names if is_platform(name)), NO_DETECTOR_FIRING)
 
 
+def declaration(slo: Slo) -> dict[str, Any]:
+    """``slo`` as an experiment would declare it: what a journal's probe replays it from."""
+    entry: dict[str, Any] = {"name": slo.name, "probe": slo.probe, "agg": slo.agg, "op": slo.op.value,
+                             "phase": slo.phase.value}  # fmt: skip
+    entry["threshold"] = {"times_baseline": slo.scale.times} if slo.scale is not None else slo.threshold
+    if slo.labels:
+        entry["labels"] = dict(slo.labels)
+    if slo.window_s is not None:
+        entry["window_s"] = slo.window_s
+    if slo.attributed_only:
+        entry["attributed_only"] = True
+    return entry
+
+
 def is_platform(name: str) -> bool:
     """Whether an SLO (or recovery steady entry) is the shared platform steady state's."""
     return name.startswith(PREFIX)

@@ -230,6 +230,7 @@ SLO_KEYS: tuple[str, ...] = (
     "labels",
     "window_s",
     "after_s",
+    "attributed_only",
 )
 SLO_REQUIRED: tuple[str, ...] = ("name", "probe", "agg", "op", "threshold", "phase")
 RECOVERY_KEYS: tuple[str, ...] = ("within_s", "within_cold_starts", "hold_s", "steady", "first_within_s")
@@ -322,6 +323,9 @@ def _slo(
     after = entry.get("after_s")
     if after is not None and phase is not Phase.DURING:
         raise _fail(f"{path}.after_s", f"applies to the during phase only, not to {phase.value}")
+    attributed_only = entry.get("attributed_only", False)
+    if not isinstance(attributed_only, bool):
+        raise _fail(f"{path}.attributed_only", f"must be true or false, got {attributed_only!r}")
     return Slo(
         name=name,
         probe=probe,
@@ -333,6 +337,7 @@ def _slo(
         window_s=None if window is None else _duration(window, f"{path}.window_s", allow_zero=False),
         scale=scale,
         after_s=None if after is None else _duration(after, f"{path}.after_s", allow_zero=False),
+        attributed_only=attributed_only,
     )
 
 

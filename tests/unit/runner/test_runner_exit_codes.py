@@ -24,7 +24,7 @@ KV_FLOOD = REPO / "experiments" / "kv_flood.yaml"
         ("passed_run", Status.PASSED, 0),
         ("slo_failed_run", Status.FAILED, 1),
         ("no_bite_run", Status.FAILED, 1),
-        ("baseline_failed_run", Status.ABORTED, 1),
+        ("baseline_failed_run", Status.FAILED, 1),
         ("stopped_run", Status.ABORTED, 1),
         ("inject_error_run", Status.ERROR, 2),
     ],

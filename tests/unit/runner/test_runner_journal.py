@@ -144,12 +144,19 @@ def test_report_tables_are_filled_for_an_injected_run(passed_run: RunResult) -> 
             assert isinstance(probe["output"], float), probe
             assert probe["activity"]["provider"]["arguments"]["slo"]["name"] == probe["activity"]["name"]
     # A windowed recovery SLO is replayed where recovery was confirmed: it carries that declaration.
-    [after] = [p["activity"]["provider"]["arguments"] for p in states["after"]["probes"]]
+    # The scenario's own SLOs keep their declarations; the platform steady state's follow them.
+    [after] = [
+        p["activity"]["provider"]["arguments"]
+        for p in states["after"]["probes"]
+        if not p["activity"]["name"].startswith("platform.")
+    ]
     assert after["recovery"]["steady"] == ["ttft_after"] and [s["name"] for s in after["steady"]] == [
         "ttft_after"
     ]
     [during] = states["during"]
-    assert [p["activity"]["name"] for p in during["probes"]] == ["availability"]
+    assert [
+        p["activity"]["name"] for p in during["probes"] if not p["activity"]["name"].startswith("platform.")
+    ] == ["availability"]
     [inject] = journal["run"]
     assert inject["activity"]["name"] == "inject-fake-fault" and inject["status"] == "succeeded"
     assert inject["output"]["evidence"]["bit"] is True
@@ -197,7 +204,8 @@ def test_chaoslib_replays_the_slo_probes_from_the_run_folder(
         # The fault never bit: the run failed, the steady state held.
         ("no_bite_run", "failed", False),
         # The baseline was not met: nothing ran, nothing deviated.
-        ("baseline_failed_run", "aborted", False),
+        # Not steady before the fault: chaoslib's "failed", and no deviation (nothing ran).
+        ("baseline_failed_run", "failed", False),
         # The stop condition fired because the front door stopped serving.
         ("stopped_run", "aborted", True),
         # The inject raised: chaoslib's word for a fatal error in the method.
@@ -225,7 +233,9 @@ def test_baseline_not_met_has_no_method_and_no_after(baseline_failed_run: RunRes
     journal = _journal(baseline_failed_run)
     states = journal["steady_states"]
     assert states["before"]["steady_state_met"] is False
-    assert [p["tolerance_met"] for p in states["before"]["probes"]] == [False, True]
+    # The scenario's own baseline SLOs, then the platform steady state's (the front door served).
+    assert [p["tolerance_met"] for p in states["before"]["probes"]] == [False, True, True]
+    assert states["before"]["probes"][-1]["activity"]["name"] == "platform.front_door_before"
     assert states["during"] == [] and states["after"] is None
     assert journal["run"] == [] and journal["rollbacks"] == []
 
