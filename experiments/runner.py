@@ -608,7 +608,9 @@ class Runner:
         rec = self.judged_spec(timeline).recovery
         # The window as this run's baseline sized it (a number of its replica cold starts, maybe).
         within = recovery_window_s(timeline, rec, phase_windows(timeline)) if rec else 0.0
-        budget = (within + rec.hold_s + 2 * self.options.interval_s) if rec else 5.0
+        # A hold as long as a request timeout ends only with a sample past it: on a loaded
+        # machine ticks come late, so the budget gives a quarter of the hold on top.
+        budget = (within + 1.25 * rec.hold_s + 2 * self.options.interval_s) if rec else 5.0
         self._phase, self._phase_ends = "recovery", time.time() + budget
         deadline = time.monotonic() + budget
         ticked = self._ticked = asyncio.Event()
