@@ -465,7 +465,10 @@ class Runner:
             raise
         finally:
             await self._revert(timeline)
-        if self._state.handle is not None and not (self._state.interrupted or self._state.errors):
+        # Only into a recovery that will be sampled: not after a revert that waited out the platform.
+        if self._state.handle is not None and not (
+            self._state.interrupted or self._state.errors or self._state.no_recovery
+        ):
             await self._inject_sabotage(SabotageAt.RECOVERY)
         # A revert that waited out the platform leaves no recovery to sample (its wait outlasts the window).
         if self._state.handle is not None and not (
