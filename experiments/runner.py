@@ -777,11 +777,12 @@ class Runner:
             recovered=recovery.recovered if recovery else None,
             recovery_within_s=recovery.within_s if recovery else None,
             recovery_confirmed_at=recovery.confirmed_at if recovery else None,
+            recovery_blocked_by=list(recovery.blocked_by) if recovery else [],
         )
         status, reason = self._status(evaluation, fault_outcome, recovery)
         failure = (
             platform_failure(timeline, judged, evaluation.slos, self.platform(),
-                             recovery.failing_at_end if recovery and not recovery.recovered else ())
+                             recovery.blocked_by if recovery and not recovery.recovered else ())
             if (status is Status.FAILED and not reason.startswith(NO_EFFECT))
             or (status is Status.ABORTED and state.stop and state.stop.get("kind") == "stop_condition")
             else None

@@ -60,6 +60,8 @@ class Timing:
     # Epoch time the steady SLOs had held for hold_s: when recovery was known, and the end
     # of the recovery window a game day has to wait through.
     recovery_confirmed_at: float | None = None
+    # The recovery.steady SLOs that kept recovery from being confirmed (empty where it was).
+    recovery_blocked_by: list[str] = field(default_factory=list)
 
 
 @dataclass

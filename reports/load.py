@@ -75,6 +75,7 @@ class TimingRecord:
     recovery_within_s: float | None = None
     detected_by: str | None = None
     recovery_confirmed_at: float | None = None
+    recovery_blocked_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,12 @@ class _Fields:
             raise self.fail(f"{where}{key}", f"expected a list, got {self._got(value)}")
         return value
 
+    def texts(self, obj: Mapping[str, Any], key: str, where: str = "") -> tuple[str, ...]:
+        values = self.items(obj, key, where)
+        if not all(isinstance(v, str) for v in values):
+            raise self.fail(f"{where}{key}", "expected a list of strings")
+        return tuple(values)
+
     def choice(self, obj: Mapping[str, Any], key: str, where: str, choices: Sequence[str]) -> str:
         value = self.text(obj, key, where)
         if value not in choices:
@@ -377,7 +384,12 @@ def _fault(f: _Fields, entry: Mapping[str, Any] | None) -> FaultRecord | None:
 
 def _timing(f: _Fields, entry: Mapping[str, Any]) -> TimingRecord:
     entry = _defaults(
-        entry, recovered=None, recovery_within_s=None, detected_by=None, recovery_confirmed_at=None
+        entry,
+        recovered=None,
+        recovery_within_s=None,
+        detected_by=None,
+        recovery_confirmed_at=None,
+        recovery_blocked_by=[],
     )
     w = "timing."
     return TimingRecord(
@@ -387,6 +399,7 @@ def _timing(f: _Fields, entry: Mapping[str, Any]) -> TimingRecord:
         recovery_within_s=f.opt_number(entry, "recovery_within_s", w),
         detected_by=f.opt_text(entry, "detected_by", w),
         recovery_confirmed_at=f.opt_number(entry, "recovery_confirmed_at", w),
+        recovery_blocked_by=f.texts(entry, "recovery_blocked_by", w),
     )
 
 

@@ -168,11 +168,20 @@ class RecoveryResult:
     within_s: float | None = None
     # Steady SLOs whose own deadline (RecoverySpec.first_within_s) passed before they held.
     missed: tuple[str, ...] = ()
+    # Where recovery was not confirmed: the steady SLOs that failed at some moment of the
+    # window it was judged in, or at the end (those that kept the hold from completing, even
+    # where all held again too late).
+    blocked_by: tuple[str, ...] = ()
+
+    # No later sample can confirm a recovery: the window has closed, and every hold that began
+    # in it already broke.
+    hopeless: bool = False
 
     @property
     def settled(self) -> bool:
-        """No later sample can change this result: recovered, or a deadline already missed."""
-        return self.recovered or bool(self.missed)
+        """No later sample can change this result: recovered, a deadline already missed, or
+        every hold that could still have confirmed it already broken."""
+        return self.recovered or bool(self.missed) or self.hopeless
 
 
 @dataclass(frozen=True)
@@ -676,11 +685,12 @@ def recover(
             failing_at_end,
             within,
             missed,
+            blocked_by=missed,
         )
     unsampled = [name for name, ev in evolutions.items() if not ev]
     if unsampled:
         return RecoveryResult(False, None, None, None, f"no samples after the revert for {', '.join(unsampled)}",
-                              failing_at_end, within)  # fmt: skip
+                              failing_at_end, within, blocked_by=tuple(unsampled))  # fmt: skip
     last_seen = max(ev[-1].t for ev in evolutions.values())
     candidates = sorted({j.t for ev in evolutions.values() for j in ev if j.t - recovery.start <= within})
     for s in candidates:
@@ -698,7 +708,7 @@ def recover(
                     False, None, None, None,
                     f"{', '.join(broke)} held from +{s - recovery.start:.1f} s for {rec.hold_s:g} s, "
                     f"then failed again by +{last_seen - recovery.start:.1f} s",
-                    broke, within,
+                    broke, within, blocked_by=broke,
                 )  # fmt: skip
             return RecoveryResult(True, s - recovery.start, s, s + rec.hold_s, within_s=within)
     # A steady SLO still silent at the end says which source kept recovery from being confirmed.
@@ -707,16 +717,36 @@ def recover(
         for name, ev in evolutions.items()
         if (last := ev[-1]).silence is not None and name in slos
     )
+    # The SLOs that kept it: failing at the end, or steady again only later than the window
+    # (each on its own; the rest were back in time).
+    blocked = tuple(
+        name for name, ev in evolutions.items()
+        if name in failing_at_end or _ok_since(ev) - recovery.start > within
+    )  # fmt: skip
+    late = (
+        f"; all held again by +{last_seen - recovery.start:.1f} s, too late"
+        if not failing_at_end and blocked
+        else ""
+    )
+    # Samples come in time order: once they reach past the window, no new moment in it can
+    # start a hold, and a hold that already broke stays broken.
+    hopeless = last_seen - recovery.start >= within and not any(
+        all(_steady(ev, s, min(s + rec.hold_s, last_seen), windowed[name]) for name, ev in evolutions.items())
+        for s in candidates
+    )
     return RecoveryResult(
         False,
         None,
         None,
         None,
-        f"{', '.join(failing_at_end or rec.steady)} did not hold for {rec.hold_s:g} s from within {within:g} s of the revert"
+        f"{', '.join(blocked or rec.steady)} did not hold for {rec.hold_s:g} s from within {within:g} s of the revert"
         + _window_basis(rec, within)
+        + late
         + silent_at_end,
         failing_at_end,
         within,
+        blocked_by=blocked,
+        hopeless=hopeless,
     )
 
 
@@ -742,6 +772,18 @@ def _window_basis(rec: RecoverySpec, within: float) -> str:
     if within > rec.within_s:
         return f" ({rec.within_cold_starts:g} x this platform's replica cold start)"
     return f" (at least {rec.within_s:g} s; {rec.within_cold_starts:g} replica cold starts were shorter or not read)"
+
+
+def _ok_since(evolution: Sequence[Judgement]) -> float:
+    """When ``evolution`` was last ok from on without a break (its first judgement where it
+    never failed; infinity where its last judgement failed)."""
+    since = evolution[0].t if evolution else math.inf
+    for j in evolution:
+        if not j.ok:
+            since = math.inf
+        elif since == math.inf:
+            since = j.t
+    return since
 
 
 def _held(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Judgement]:

@@ -212,3 +212,39 @@ def test_bad_platform_keys_are_refused_in_one_line(value: object, message: str) 
     with pytest.raises(ConfigError, match=message):
         ensure_platform_is_valid(value)
     assert ensure_platform_is_valid({"allows": {"replicas": ["replica-1"]}}).replicas == {"replica-1"}
+
+
+def test_a_platform_that_healed_too_late_names_what_kept_recovery_from_holding(synth: Synth) -> None:
+    """replica-0 hangs from the revert until +22 s; its last stuck request fails at +31.5 s."""
+    timeline = run(synth, lambda t, r: None if r == "replica-0" and 30 <= t < 52 else 1.0)
+    spec, evaluation = judge(timeline)
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    assert not recovery.recovered
+    assert "platform.replica-0.serves_after" in recovery.blocked_by
+    # What held throughout, or came back in time, did not keep it.
+    assert "platform.nodes_after" not in recovery.blocked_by and "no_pending_after" not in recovery.blocked_by
+    assert recovery.reason.startswith(", ".join(recovery.blocked_by))
+    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S),  # type: ignore[attr-defined]
+                               recovery.blocked_by)  # fmt: skip
+    assert failure is not None and (failure.replica, failure.phase) == ("replica-0", "recovery")
+
+
+def test_a_run_stops_waiting_once_no_hold_in_the_window_can_still_confirm_recovery(synth: Synth) -> None:
+    """replica-0 frozen for good from the revert: settled as failed once the window has closed
+    (the runner stops there); the same platform half-way through the window is not settled."""
+
+    def frozen(t: float, r: str) -> float | None:
+        return None if r == "replica-0" and t >= 30 else 1.0
+
+    _, evaluation = judge(run(synth, frozen))
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    assert not recovery.recovered and recovery.settled
+    until = synth.t0 + 45  # 15 s into a 30 s window
+    early = synth.timeline(
+        [r for r in canary_rows(synth, frozen) + platform_rows(synth) if r.t <= until], **{**MARKS, "end": 45}
+    )
+    _, evaluation = judge(early)
+    assert not evaluation.recovery.settled  # type: ignore[attr-defined]
+    # A platform that froze and came back late is settled too, once its window closed.
+    _, evaluation = judge(run(synth, lambda t, r: None if r == "replica-0" and 30 <= t < 52 else 1.0))
+    assert evaluation.recovery.settled  # type: ignore[attr-defined]
