@@ -54,11 +54,11 @@ from inferchaos.steady_state.evaluation import (
 )
 from inferchaos.steady_state.platform import (
     NO_DETECTOR_FIRING,
-    FaultSymptom,
     PlatformFailure,
     PlatformSteadyState,
     declaration,
     detector_evolution,
+    fault_symptoms,
     healed_replicas,
     is_platform,
     judged_again,
@@ -834,16 +834,13 @@ class Runner:
                     f"from +{recovery.steady_at - injected_at:.1f} s"
                 )
         if failure is not None:
-            own = triage_result.evidence if triage_result is not None else {}
-            labels = own.get("labels")
-            symptom = (
-                FaultSymptom(
-                    str(own["probe"]), str(own["condition"]), dict(labels) if isinstance(labels, dict) else {}
-                )
-                if "probe" in own and "condition" in own
-                else None
-            )
-            triage_result = triage_failure(timeline, failure, triage_thresholds(spec), symptom)
+            symptoms = (
+                fault_symptoms(timeline, str(handle.layer), injected, (reverted or time.time()) + 5.0,
+                               triage_thresholds(spec), triage_result)
+                if handle is not None and injected is not None
+                else ()
+            )  # fmt: skip
+            triage_result = triage_failure(timeline, failure, triage_thresholds(spec), symptoms)
             reason = f"{reason}; not injected by the scenario: {_failure_line(failure)}"
         stop_condition = state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None
         triage_dict = (

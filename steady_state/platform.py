@@ -36,7 +36,7 @@ from inferchaos.steady_state.detectors import DetectorConfig, stall_threshold_s
 from inferchaos.steady_state.evaluation import Judgement, PhaseWindow, SloResult, phase_windows
 from inferchaos.steady_state.slo import BaselineScale, Op, Phase, RecoverySpec, Slo, SloSpec
 from inferchaos.steady_state.timeline import Row, Timeline
-from inferchaos.steady_state.triage import RULES, Match, TriageResult, match_rule
+from inferchaos.steady_state.triage import RULES, Match, TriageResult, match_rule, triage
 
 logger = logging.getLogger(__name__)
 
@@ -447,10 +447,44 @@ class FaultSymptom:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def explains(self, match: Match) -> bool:
-        """Whether ``match`` is this same symptom (same rule, same series)."""
+        """Whether ``match`` is this same symptom (same rule, same series). Ray's DEAD and ALIVE
+        node counts are one series read twice: a lost node moves both."""
+        if self.probe in NODE_LOSS_PROBES and match.rule.probe in NODE_LOSS_PROBES:
+            return True
         return (match.rule.probe, match.rule.condition.value) == (self.probe, self.condition) and dict(
             match.labels
         ) == dict(self.labels)
+
+    @classmethod
+    def of(cls, result: TriageResult) -> FaultSymptom | None:
+        """The symptom a triage result named, or None where no rule matched."""
+        own = result.evidence
+        if "probe" not in own or "condition" not in own:
+            return None
+        labels = own.get("labels")
+        return cls(str(own["probe"]), str(own["condition"]), dict(labels) if isinstance(labels, dict) else {})
+
+
+def fault_symptoms(
+    timeline: Timeline,
+    fault_layer: str,
+    start: float,
+    end: float,
+    thresholds: Mapping[str, float],
+    named: TriageResult | None,
+) -> tuple[FaultSymptom, ...]:
+    """The readings that show the scenario's own fault between ``start`` (its injection) and
+    ``end``: the first of its own layer's triage rules to match, and what the scenario's triage
+    named where that is the fault's layer. A triage that named another layer named a failure
+    the fault did not cause (a replica that hung beside a lost node): leaving that out of
+    :func:`triage_failure` would hide the very failure it is asked about."""
+    own_rules = [rule for rule in RULES if rule.layer.value == fault_layer]
+    found = triage(timeline, start, since=start, lookback_s=0.0, lookahead_s=max(end - start, 0.0),
+                   thresholds=thresholds, rules=own_rules)  # fmt: skip
+    symptoms = [s for s in (FaultSymptom.of(found),) if s is not None]
+    if named is not None and named.layer == fault_layer and (symptom := FaultSymptom.of(named)) is not None:
+        symptoms.append(symptom)
+    return tuple(symptoms)
 
 
 # Ray's own readings of a node lost: the node under a replica, not the replica, failed.
@@ -479,16 +513,16 @@ def triage_failure(
     timeline: Timeline,
     failure: PlatformFailure,
     thresholds: Mapping[str, float],
-    fault_symptom: FaultSymptom | None = None,
+    fault_symptoms: Sequence[FaultSymptom] = (),
 ) -> TriageResult:
     """The layer at fault for a failure the scenario did not inject: triage over what the
     timeline says of its replica (and of the platform as a whole) from just before its first
     sign, so that the fault's own standing symptoms, already there, do not answer for it.
 
-    ``fault_symptom`` is the reading that named the scenario's own fault (its triage): the
-    fault explains that series, not a replica it did not touch, so it is left out here (a lost
-    node's DEAD count says nothing of the survivor's hung engine). The same rule on another
-    series (another node's slowed link) still counts.
+    ``fault_symptoms`` are the readings that show the scenario's own fault (:func:`fault_symptoms`):
+    the fault explains those series, not a replica it did not touch, so they are left out here
+    (a lost node's DEAD count says nothing of the survivor's hung engine). The same rule on
+    another series (another node's slowed link) still counts.
     """
     view = Timeline()
     rows = [r for r in timeline.rows if failure.replica is None or not _about_others(r, failure.replica)]
@@ -500,7 +534,7 @@ def triage_failure(
         m
         for rule in RULES
         if (m := match_rule(rule, view, start, end, start, thresholds))
-        and (fault_symptom is None or not fault_symptom.explains(m))
+        and not any(symptom.explains(m) for symptom in fault_symptoms)
     ]
     order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}
 

@@ -21,6 +21,7 @@ from inferchaos.steady_state.platform import (
     PlatformSteadyState,
     detector_evolution,
     ensure_platform_is_valid,
+    fault_symptoms,
     judged_again,
     platform_failure,
     platform_slos,
@@ -29,6 +30,7 @@ from inferchaos.steady_state.platform import (
 )
 from inferchaos.steady_state.slo import Op, Phase, RecoverySpec, Slo, SloSpec
 from inferchaos.steady_state.timeline import Row, Timeline
+from inferchaos.steady_state.triage import TriageResult
 
 if TYPE_CHECKING:
     from conftest import Synth
@@ -227,6 +229,38 @@ def test_a_platform_that_healed_too_late_names_what_kept_recovery_from_holding(s
     failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S),  # type: ignore[attr-defined]
                                recovery.blocked_by)  # fmt: skip
     assert failure is not None and (failure.replica, failure.phase) == ("replica-0", "recovery")
+
+
+def test_a_survivor_that_hangs_beside_a_lost_node_is_the_engines_failure(synth: Synth) -> None:
+    """The scenario loses replica-1's node (Ray marks it dead at +12 s, as a slow heartbeat
+    timeout does, after replica-0's first stuck request failed); replica-0, which it did not
+    touch, hangs from the injection on. Its triage must not be the node the fault took,
+    even where the scenario's own triage named the hang (the first thing users saw)."""
+    n = END + 1
+    nodes = [
+        *synth.rows("ray.nodes_alive", [3.0 if t < 22 else 2.0 for t in range(n)]),
+        *synth.rows("ray.nodes_dead", [0.0 if t < 22 else 1.0 for t in range(n)]),
+    ]
+    rows = [r for r in platform_rows(synth) if r.probe != "ray.nodes_alive"] + nodes
+    timeline = synth.timeline(canary_rows(synth, lambda t, r: None if r == "replica-0" and t >= 10 else 1.0),
+                              rows, **MARKS)  # fmt: skip
+    spec, evaluation = judge(timeline, allows=frozenset({"replica-1"}))
+    failure = platform_failure(
+        timeline,
+        spec,
+        evaluation.slos,  # type: ignore[attr-defined]
+        PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-1"}))),
+        (),
+    )
+    assert failure is not None and failure.replica == "replica-0"
+    injected, reverted = synth.t0 + MARKS["injected"], synth.t0 + MARKS["reverted"]
+    scenario_triage = TriageResult("vllm", "replica-0 stalled", {"probe": "canary.success", "condition": "below",
+                                                                  "labels": {"replica": "replica-0"}})  # fmt: skip
+    symptoms = fault_symptoms(timeline, "ray", injected, reverted + 5, {}, scenario_triage)
+    assert symptoms and all(s.probe.startswith("ray.nodes") for s in symptoms)
+    assert triage_failure(timeline, failure, {}, symptoms).layer == "vllm"
+    # Without knowing which readings the fault explains, the lost node answers for the hang.
+    assert triage_failure(timeline, failure, {}).layer == "ray"
 
 
 def test_a_run_stops_waiting_once_no_hold_in_the_window_can_still_confirm_recovery(synth: Synth) -> None:
