@@ -35,8 +35,11 @@ def test_kv_flood_saturates_the_cache_and_the_queue_drains_after_revert(
         assert evidence.bit, evidence.reason
         assert evidence.symptoms["saturated_after_s"] is not None
         assert evidence.symptoms["max_waiting"] > 0 or evidence.symptoms["preemptions"] > 0
+        # A short probe is timed before and during the flood, for the report; it is not the
+        # symptom: a 4-token prompt fits in the cache's last 15% and may be scheduled at once
+        # (0.021 s during against 0.038 s before, once). The queue and the cache above are.
         before, during = evidence.symptoms["probe_ttft_before_s"], evidence.symptoms["probe_ttft_during_s"]
-        assert before is not None and during is not None and during > before, (before, during)
+        assert before is not None and during is not None, (before, during)
         # inject returns once the cache holds 0.85 (the fault's own bar; a fresh-clone run read
         # 0.87 then); the cache fills further as the admitted prompts decode.
         full = wait_until(lambda: fault.evidence(local_env, handle).symptoms["max_kv_cache_usage"] >= 0.9, 20)
