@@ -841,6 +841,7 @@ class Runner:
                 else ()
             )  # fmt: skip
             triage_result = triage_failure(timeline, failure, triage_thresholds(spec), symptoms)
+            failure = failure.traced_to(triage_result)
             reason = f"{reason}; not injected by the scenario: {_failure_line(failure)}"
         stop_condition = state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None
         triage_dict = (

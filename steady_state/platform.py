@@ -354,6 +354,15 @@ class PlatformFailure:
     at: float
     reason: str
 
+    def traced_to(self, result: TriageResult) -> PlatformFailure:
+        """This failure, with the replica its triage found where it named none: a request stuck
+        at the front door belongs to the replica whose own reading showed the cause."""
+        labels = result.evidence.get("labels")
+        replica = labels.get("replica") if isinstance(labels, dict) else None
+        if self.replica is not None or not isinstance(replica, str) or not replica:
+            return self
+        return replace(self, replica=replica)
+
     def to_dict(self) -> dict[str, Any]:
         """The verdict.json ``platform.failure`` object."""
         return {

@@ -18,6 +18,7 @@ from inferchaos.steady_state.evaluation import counts_toward, evaluate
 from inferchaos.steady_state.platform import (
     NO_DETECTOR_FIRING,
     PlatformAllowance,
+    PlatformFailure,
     PlatformSteadyState,
     detector_evolution,
     ensure_platform_is_valid,
@@ -282,3 +283,25 @@ def test_a_run_stops_waiting_once_no_hold_in_the_window_can_still_confirm_recove
     # A platform that froze and came back late is settled too, once its window closed.
     _, evaluation = judge(run(synth, lambda t, r: None if r == "replica-0" and 30 <= t < 52 else 1.0))
     assert evaluation.recovery.settled  # type: ignore[attr-defined]
+
+
+def test_a_request_stuck_at_baseline_is_traced_to_the_replica_that_held_it(synth: Synth) -> None:
+    """replica-1's engine hangs from the start while its server answers: only the stuck request,
+    which times out naming replica-1, shows it. The failure names replica-1, not the platform."""
+    # Nothing was injected after a failed baseline: no placement group ever PENDING.
+    rows = [r for r in platform_rows(synth) if r.probe != "ray.pending_pgs"]
+    timeline = synth.timeline(
+        canary_rows(synth, lambda t, r: None if r == "replica-1" else 1.0), rows, **MARKS
+    )
+    spec, evaluation = judge(timeline)
+    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S), ())  # type: ignore[attr-defined]
+    assert failure is not None and (failure.slo, failure.replica) == (
+        "platform.no_stuck_request_before",
+        None,
+    )
+    result = triage_failure(timeline, failure, {})
+    assert result.layer == "vllm"
+    assert failure.traced_to(result).replica == "replica-1"
+    # A failure that already names its replica keeps it.
+    named = PlatformFailure("platform.replica-0.serves_after", "recovery", "replica-0", failure.at, "")
+    assert named.traced_to(result).replica == "replica-0"
