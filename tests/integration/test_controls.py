@@ -45,11 +45,26 @@ EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
         ("platform.replica-1.answers_before", "platform.no_stuck_request_before"),
     ),
     "engine_hang": ("vllm", ("out_of_rotation", "availability", "ttft_after")),
+    # Hung before the fault, /health still 200: only the requests it holds show it.
+    "engine_hang.other_replica_hangs_at_baseline": (
+        "vllm",
+        ("platform.no_stuck_request_before", "platform.replica-1.answers_before", "serves_before"),
+    ),
     "slow_replica": ("vllm", ("slow_share", "front_door_e2e")),
+    "slow_replica.other_replica_frozen_at_baseline": (
+        "vllm",
+        ("platform.replica-1.answers_before", "platform.no_stuck_request_before"),
+    ),
     "engine_death": ("vllm", ("survivor_ttft", "routed_around", "platform.replica-1.")),
     # A failure in another layer than the network, as the platform recovers.
     "network_partition_short": ("vllm", ("platform.replica-1.", "ttft_after")),
     "slow_link": ("network", ("front_door_ttft", "survivor_ttft", "ttft_after")),
+    # A second failure in another layer: the replica users should go to hangs.
+    "slow_link.other_replica_hangs": ("vllm", ("platform.replica-1.", "availability")),
+    "network_partition_long.other_replica_hangs_at_baseline": (
+        "vllm",
+        ("platform.no_stuck_request_before", "platform.replica-1.answers_before", "nodes_before"),
+    ),
     "node_loss": ("ray", ("nodes_back", "replica_back", "platform.nodes_after")),
     # A second failure in another layer: the survivor hangs while the node is lost (Ray's fault).
     "node_loss.survivor_hangs": ("vllm", ("availability", "canary_ttft_p95", "platform.replica-0.")),
@@ -92,6 +107,9 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
     if "baseline_start" in verdict["phases"] and "injected" not in verdict["phases"]:
         # Not steady before the fault: nothing was injected, and the run names what failed.
         assert verdict["fault"] is None and verdict["platform"]["failure"]["phase"] == "baseline"
+        # Every baseline control breaks replica-1: the verdict names it, even where only a
+        # request it held stuck showed it.
+        assert verdict["platform"]["failure"]["replica"] == "replica-1", verdict["platform"]["failure"]
     else:
         assert verdict["fault"]["effect_observed"] is True, "the scenario's own fault must still bite"
     assert verdict["triage"]["layer"] == layer, verdict["triage"]
