@@ -60,7 +60,8 @@ def slo_observed(
     try:
         spec = ensure_slos_are_valid(declared, canary_timeout_s=canary_timeout_s)
         recorded = read_timeline(Path(timeline))
-        result = evaluate_slo(recorded, spec.slos[0], recovery=recover(recorded, spec))
+        held = spec.recovery is not None and spec.slos[0].name in spec.recovery.steady
+        result = evaluate_slo(recorded, spec.slos[0], recovery=recover(recorded, spec), held=held)
     except ConfigError as e:
         raise ProbeError(f"cannot judge SLO {name!r}: {e}") from e
     # NaN: a baseline-relative threshold without a baseline to scale.

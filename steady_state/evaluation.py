@@ -461,11 +461,15 @@ def evaluate_slo(
     slo: Slo,
     windows: Mapping[Phase, PhaseWindow] | None = None,
     recovery: RecoveryResult | None = None,
+    held: bool = False,
 ) -> SloResult:
     """Judge one SLO over its phase of ``timeline``; a silent source fails it (module docstring).
 
     A windowed recovery SLO judges one moment's state: where ``recovery`` was confirmed, the
     end of its hold; otherwise the last moment anything was seen (:func:`last_observed`).
+    ``held``: the SLO is one of recovery's steady SLOs. Judged per sample (no window), it is
+    then judged over the hold that confirmed recovery, where there was one: the samples
+    before it are how long recovery took, as for a windowed one.
     """
     windows = phase_windows(timeline) if windows is None else windows
     baseline, baseline_silence = _baseline(timeline, slo, windows) if slo.scale else (None, None)
@@ -480,6 +484,11 @@ def evaluate_slo(
     if window is None:
         return result(False, None, reason=f"the {slo.phase.value} phase never happened in this run")
     window = judged_window(slo, window)
+    if (
+        held and slo.phase is Phase.RECOVERY and slo.window_s is None and recovery is not None
+        and recovery.recovered and recovery.steady_at is not None and recovery.confirmed_at is not None
+    ):  # fmt: skip
+        window = replace(window, start=recovery.steady_at, end=recovery.confirmed_at, closed=True)
     series = _slo_series(timeline, slo, window)
     sources = _sources(timeline, slo, window)
     samples = sum(len(points) for points in series.values())
@@ -830,5 +839,6 @@ def evaluate(
     (``extra`` and ``judged_again``: see :func:`recover`)."""
     windows = phase_windows(timeline)
     recovery = recover(timeline, spec, windows, extra, judged_again)
-    results = tuple(evaluate_slo(timeline, slo, windows, recovery) for slo in spec.slos)
+    steady = set(spec.recovery.steady) if spec.recovery else set()
+    results = tuple(evaluate_slo(timeline, slo, windows, recovery, slo.name in steady) for slo in spec.slos)
     return Evaluation(results, layer_verdicts(results), detect(timeline, spec, windows), recovery)

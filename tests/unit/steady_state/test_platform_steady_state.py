@@ -23,6 +23,7 @@ from inferchaos.steady_state.platform import (
     detector_evolution,
     ensure_platform_is_valid,
     fault_symptoms,
+    healed_replicas,
     judged_again,
     platform_failure,
     platform_slos,
@@ -305,3 +306,17 @@ def test_a_request_stuck_at_baseline_is_traced_to_the_replica_that_held_it(synth
     # A failure that already names its replica keeps it.
     named = PlatformFailure("platform.replica-0.serves_after", "recovery", "replica-0", failure.at, "")
     assert named.traced_to(result).replica == "replica-0"
+
+
+def test_a_replica_the_platform_healed_within_the_window_passes_and_is_named(synth: Synth) -> None:
+    """replica-0 freezes at the revert and the platform replaces it 4 s later: its stuck
+    requests fail until +14 s, then every part holds. Recovery is confirmed after them, the
+    SLOs it held on are judged over that hold, and the run names the replica it healed."""
+    timeline = run(synth, lambda t, r: None if r == "replica-0" and 30 <= t < 34 else 1.0)
+    spec, evaluation = judge(timeline)
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    assert recovery.recovered and recovery.time_to_recover_s > 10
+    assert failed(evaluation) == set()
+    assert healed_replicas(timeline, PlatformSteadyState(TIMEOUT_S), recovery.steady_at) == {
+        "replica-0": pytest.approx(synth.t0 + 40, abs=0.5)
+    }
