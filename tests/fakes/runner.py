@@ -369,8 +369,10 @@ def make_spec(
     recovery: dict[str, Any] | None = DEFAULT_RECOVERY,
     stop_conditions: list[dict[str, Any]] | None = None,
     secrets: dict[str, Any] | None = None,
+    canary_timeout_s: float = 2.0,
 ) -> ExperimentSpec:
-    """An experiment whose one fault step is the fake fault, with short phases."""
+    """An experiment whose one fault step is the fake fault, with short phases and a short canary
+    timeout (the platform steady state holds recovery for at least one)."""
     action = {
         "type": "action",
         "name": "inject-fake-fault",
@@ -395,7 +397,8 @@ def make_spec(
         raw["recovery"] = recovery
     if secrets is not None:
         raw["secrets"] = secrets
-    slo_spec = ensure_slos_are_valid(raw)
+    raw["canary"] = {"request_timeout_s": canary_timeout_s}
+    slo_spec = ensure_slos_are_valid(raw, canary_timeout_s=canary_timeout_s)
     stops = ()
     if stop_conditions:
         entries = [{"agg": "last", **entry, "phase": "during"} for entry in stop_conditions]
@@ -414,6 +417,7 @@ def make_spec(
         slos=slo_spec,
         stop_conditions=stops,
         raw=raw,
+        canary_timeout_s=canary_timeout_s,
     )
 
 
