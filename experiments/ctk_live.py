@@ -56,6 +56,16 @@ from inferchaos.steady_state.evaluation import (
     recover,
     recovery_window_s,
 )
+from inferchaos.steady_state.platform import (
+    NO_DETECTOR_FIRING,
+    PlatformSteadyState,
+    detector_evolution,
+    ensure_platform_is_valid,
+    judged_again,
+    platform_failures,
+    promised_availability,
+    with_platform,
+)
 from inferchaos.steady_state.sampler import Sampler
 from inferchaos.steady_state.slo import Phase, Slo, SloSpec, ensure_slos_are_valid
 from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter, read_timeline
@@ -89,6 +99,9 @@ class Sampled:
     recovered: bool | None = None
     time_to_recover_s: float | None = None
     reason: str = ""
+    # What of the platform steady state failed (README "What steady means"), one line each:
+    # over the baseline before the method, over the fault and the recovery after it.
+    platform_failures: tuple[str, ...] = ()
 
 
 def _spec(
@@ -111,6 +124,7 @@ def sample_steady_state(
     recovery: Mapping[str, Any] | None = None,
     canary_timeout_s: float = CanaryPace.request_timeout_s,
     canary_max_in_flight: int = CanaryPace.max_in_flight,
+    platform: Mapping[str, Any] | None = None,
     configuration: Configuration = None,
     secrets: Secrets = None,
 ) -> dict[str, Any]:
@@ -123,13 +137,21 @@ def sample_steady_state(
     ``slos`` are the declarations of every SLO the hypothesis judges, during-phase ones included
     (their baselines are sampled here), ``recovery`` the
     experiment's recovery declaration, ``canary_timeout_s`` and ``canary_max_in_flight`` its
-    ``canary.request_timeout_s`` and ``canary.max_in_flight``. Returns what was sampled (phase,
-    ticks, seconds and, after the method, whether and how fast it recovered). Raises
+    ``canary.request_timeout_s`` and ``canary.max_in_flight``, ``platform`` its ``platform``
+    block (what its fault may take out). The platform steady state is judged as the runner
+    judges it: over the baseline before the method; over the fault and the recovery after it,
+    recovery held at least one canary timeout. Returns what was sampled (phase, ticks, seconds,
+    ``platform_failures`` and, after the method, whether and how fast it recovered). Raises
     SickBaseline, and the method never runs, when the baseline reads outside the environment's
     sane range (steady_state/baseline_gate.py), as the runner ends such a run as an error.
     """
     path = Path(timeline).resolve()
     spec = _spec(slos, recovery, canary_timeout_s)
+    try:
+        allowance = ensure_platform_is_valid(platform)
+    except ConfigError as e:
+        raise ProbeError(f"cannot judge the platform steady state: {e}") from e
+    state = PlatformSteadyState(canary_timeout_s, allowance, promised_availability(spec.slos))
     with _LOCK:
         before = path not in _BASELINES
         _BASELINES.add(path)
@@ -138,7 +160,7 @@ def sample_steady_state(
     if before:
         path.unlink(missing_ok=True)
         try:
-            sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace, spec.slos))
+            sampled = asyncio.run(_sample_baseline(env, path, baseline_s, pace, spec, state))
         except SickBaseline:
             with _LOCK:
                 _BASELINES.discard(path)  # no method follows: a later call samples a baseline again
@@ -146,13 +168,16 @@ def sample_steady_state(
     else:
         with _LOCK:
             _BASELINES.discard(path)
-        sampled = asyncio.run(_sample_recovery(env, path, spec, pace))
+        sampled = asyncio.run(_sample_recovery(env, path, spec, pace, state))
+    for failure in sampled.platform_failures:
+        logger.warning("the platform steady state failed: %s", failure)
     return asdict(sampled)
 
 
 async def _sample_baseline(
-    env: Environment, path: Path, seconds: float, pace: CanaryPace, slos: Sequence[Slo]
+    env: Environment, path: Path, seconds: float, pace: CanaryPace, spec: SloSpec, state: PlatformSteadyState
 ) -> Sampled:
+    slos = spec.slos
     logger.info("sampling the steady state for %g s before the method into %s", seconds, path)
     with TimelineWriter(path) as writer:
         timeline = Timeline(writer)
@@ -171,17 +196,23 @@ async def _sample_baseline(
         if sick:
             raise SickBaseline(sick)
         timeline.mark(Mark.INJECTED, time.time())
-    return Sampled(Phase.BASELINE.value, ticks, time.time() - started)
+    failures = platform_failures(timeline, spec, state, (Phase.BASELINE,))
+    return Sampled(Phase.BASELINE.value, ticks, time.time() - started, platform_failures=failures)
 
 
-async def _sample_recovery(env: Environment, path: Path, spec: SloSpec, pace: CanaryPace) -> Sampled:
+async def _sample_recovery(
+    env: Environment, path: Path, declared: SloSpec, pace: CanaryPace, state: PlatformSteadyState
+) -> Sampled:
     if not path.exists():
         raise ProbeError(f"{path}: no baseline was sampled before the method")
     recorded = read_timeline(path)
+    # Recovery is held on the whole steady state, the platform's too, as in the runner.
+    spec = with_platform(declared, recorded, state)
     rec = spec.recovery
     # The window as the baseline sized it (a number of the replicas' cold starts, maybe).
     within = recovery_window_s(recorded, rec, phase_windows(recorded)) if rec else 0.0
-    budget = (within + rec.hold_s + 2 * INTERVAL_S) if rec else 5.0
+    # A hold as long as a request timeout ends only with a sample past it (as in the runner).
+    budget = (within + 1.25 * rec.hold_s + 2 * INTERVAL_S) if rec else 5.0
     needed = [s for s in spec.slos if s.phase is Phase.RECOVERY]
     result: list[RecoveryResult | None] = [None]
 
@@ -191,7 +222,8 @@ async def _sample_recovery(env: Environment, path: Path, spec: SloSpec, pace: Ca
             return False
         if any(evaluate_slo(timeline, s, windows).samples < MIN_RECOVERY_SAMPLES for s in needed):
             return False
-        result[0] = recover(timeline, spec, windows)
+        result[0] = recover(timeline, spec, windows, extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
+                            judged_again=judged_again(spec))  # fmt: skip
         return result[0] is None or result[0].settled
 
     logger.info(
@@ -215,6 +247,7 @@ async def _sample_recovery(env: Environment, path: Path, spec: SloSpec, pace: Ca
         None if final is None else final.recovered,
         None if final is None else final.time_to_recover_s,
         "" if final is None else final.reason,
+        platform_failures(timeline, declared, state, (Phase.DURING, Phase.RECOVERY)),
     )
 
 
@@ -414,6 +447,7 @@ def slo_met(value: Mapping[str, Any] | None = None) -> bool:
 
 
 def sampled(value: Mapping[str, Any] | None = None) -> bool:
-    """The tolerance of :func:`sample_steady_state`: it took samples. Whether they meet the SLOs
-    is for the :func:`slo_live` probes after it to say, each by name."""
-    return bool(value is not None and value.get("ticks"))
+    """The tolerance of :func:`sample_steady_state`: it took samples, and the platform steady
+    state held over them. Whether they meet the experiment's own SLOs is for the
+    :func:`slo_live` probes after it to say, each by name."""
+    return bool(value is not None and value.get("ticks") and not value.get("platform_failures"))

@@ -63,11 +63,12 @@ from inferchaos.steady_state.platform import (
     is_platform,
     judged_again,
     platform_failure,
+    promised_availability,
     triage_failure,
     with_platform,
 )
 from inferchaos.steady_state.sampler import Sampler, Tick
-from inferchaos.steady_state.slo import Op, Phase, SloSpec
+from inferchaos.steady_state.slo import Phase, SloSpec
 from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter
 from inferchaos.steady_state.triage import triage
 
@@ -712,15 +713,9 @@ class Runner:
     def platform(self) -> PlatformSteadyState:
         """The shared platform steady state as this run judges it (steady_state/platform.py)."""
         spec = self.spec
-        # The share of requests the scenario promises users during its fault: its front-door
-        # availability SLO, where it declares one.
-        promised = [
-            slo.threshold
-            for slo in spec.slos.slos
-            if slo.phase is Phase.DURING and slo.probe == "canary.success" and not slo.labels
-            and slo.agg == "mean" and slo.op is Op.GE and slo.after_s is None and slo.scale is None
-        ]  # fmt: skip
-        return PlatformSteadyState(spec.canary_timeout_s, spec.platform, min(promised, default=0.9))
+        return PlatformSteadyState(
+            spec.canary_timeout_s, spec.platform, promised_availability(spec.slos.slos)
+        )
 
     def judged_spec(self, timeline: Timeline) -> SloSpec:
         """The scenario's SLOs and the platform steady state, as this run's baseline shaped it."""

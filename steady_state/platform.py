@@ -26,14 +26,21 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inferchaos.errors import ConfigError
 from inferchaos.layers import TRIAGE_ORDER, Layer
 from inferchaos.steady_state.detectors import DetectorConfig, stall_threshold_s
-from inferchaos.steady_state.evaluation import Judgement, PhaseWindow, SloResult, phase_windows
+from inferchaos.steady_state.evaluation import (
+    Judgement,
+    PhaseWindow,
+    SloResult,
+    evaluate_slo,
+    phase_windows,
+    recover,
+)
 from inferchaos.steady_state.slo import BaselineScale, Op, Phase, RecoverySpec, Slo, SloSpec
 from inferchaos.steady_state.timeline import Row, Timeline
 from inferchaos.steady_state.triage import RULES, Match, TriageResult, match_rule, triage
@@ -235,6 +242,51 @@ def with_platform(spec: SloSpec, timeline: Timeline, state: PlatformSteadyState)
     rec = spec.recovery or RecoverySpec(within_s=30.0, hold_s=0.0, steady=())
     recovery = replace(rec, steady=(*rec.steady, *steady), hold_s=state.hold_s(rec.hold_s))
     return SloSpec(slos=(*spec.slos, *extra), recovery=recovery)
+
+
+def promised_availability(slos: Sequence[Slo]) -> float:
+    """The share of users' requests a scenario promises while its fault acts: its front-door
+    availability SLO (the strictest reading of it where it declares several), else the front
+    door's own floor."""
+    promised = [
+        slo.threshold
+        for slo in slos
+        if slo.phase is Phase.DURING and slo.probe == "canary.success" and not slo.labels
+        and slo.agg == "mean" and slo.op is Op.GE and slo.after_s is None and slo.scale is None
+    ]  # fmt: skip
+    return min(promised, default=FRONT_DOOR_FLOOR)
+
+
+def platform_failures(
+    timeline: Timeline, spec: SloSpec, state: PlatformSteadyState, phases: Collection[Phase]
+) -> tuple[str, ...]:
+    """What of the platform steady state failed over ``timeline`` in ``phases``, one line each
+    (``name: reason``): its SLOs of those phases and, where recovery is among them, a recovery
+    that the whole steady state never confirmed because of the platform's own entries (a
+    detector still firing, say). Empty: it held.
+
+    For a judge that sees only the timeline (a plain `chaos run`); the runner's verdict names
+    the failure with :func:`platform_failure` instead.
+    """
+    judged = with_platform(spec, timeline, state)
+    windows = phase_windows(timeline)
+    recovery = (
+        recover(timeline, judged, windows, extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
+                judged_again=judged_again(judged))
+        if Phase.RECOVERY in phases and Phase.RECOVERY in windows
+        else None
+    )  # fmt: skip
+    steady = set(judged.recovery.steady) if judged.recovery else set()
+    failures = [
+        f"{result.name}: {result.reason}"
+        for slo in judged.slos
+        if is_platform(slo.name) and slo.phase in phases
+        and not (result := evaluate_slo(timeline, slo, windows, recovery, slo.name in steady)).ok
+    ]  # fmt: skip
+    if recovery is not None and not recovery.recovered and any(is_platform(n) for n in recovery.blocked_by):
+        # Kept from holding by the platform's own entries, not only by the scenario's.
+        failures.append(f"recovery: {recovery.reason}")
+    return tuple(failures)
 
 
 def judged_again(spec: SloSpec) -> tuple[str, ...]:

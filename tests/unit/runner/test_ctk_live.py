@@ -127,6 +127,8 @@ def test_a_during_slo_is_not_judged_before_the_method_and_is_judged_over_the_fau
 def test_tolerances_need_a_value() -> None:
     assert slo_met() is False and slo_met({"ok": False}) is False
     assert sampled() is False and sampled({"ticks": 0}) is False and sampled({"ticks": 9}) is True
+    # Samples over which the platform steady state failed do not meet it.
+    assert sampled({"ticks": 9, "platform_failures": ["platform.replica-1.serves_after: ..."]}) is False
 
 
 @pytest.mark.parametrize("path", LOCAL, ids=lambda p: p.stem)
@@ -157,6 +159,8 @@ def test_the_hypothesis_lists_every_slo_as_declared_and_the_method_samples_besid
     # Every SLO, during-phase ones too: the baseline samples on while one has nothing to scale from.
     assert sampler["provider"]["arguments"]["slos"] == raw["slos"]
     assert sampler["provider"]["arguments"]["baseline_s"] == spec.baseline_s
+    # What the fault may take out, so that the platform steady state is judged as in the runner.
+    assert sampler["provider"]["arguments"].get("platform") == raw.get("platform")
     # The canary waits as long for its answers, with as many in flight, as in the runner
     # (kv_flood's queue takes 30 s).
     for arguments in (sampler["provider"]["arguments"], first["provider"]["arguments"]):

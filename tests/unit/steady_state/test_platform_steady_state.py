@@ -26,6 +26,7 @@ from inferchaos.steady_state.platform import (
     healed_replicas,
     judged_again,
     platform_failure,
+    platform_failures,
     platform_slos,
     triage_failure,
     with_platform,
@@ -306,6 +307,23 @@ def test_a_request_stuck_at_baseline_is_traced_to_the_replica_that_held_it(synth
     # A failure that already names its replica keeps it.
     named = PlatformFailure("platform.replica-0.serves_after", "recovery", "replica-0", failure.at, "")
     assert named.traced_to(result).replica == "replica-0"
+
+
+def test_a_plain_chaos_run_reads_the_same_platform_failures_off_its_timeline(synth: Synth) -> None:
+    """What `chaos run`'s sampler reports (experiments/ctk_live.py): nothing on a healthy
+    platform; a replica frozen for good at the revert after the method; one hung from the
+    start before it."""
+    state = PlatformSteadyState(TIMEOUT_S)
+    after = (Phase.DURING, Phase.RECOVERY)
+    assert platform_failures(run(synth), OWN, state, (Phase.BASELINE, *after)) == ()
+    frozen = run(synth, lambda t, r: None if r == "replica-0" and t >= 30 else 1.0)
+    failures = platform_failures(frozen, OWN, state, after)
+    assert any(f.startswith("platform.replica-0.serves_after: ") for f in failures), failures
+    assert any(f.startswith("recovery: ") for f in failures), failures
+    assert platform_failures(frozen, OWN, state, (Phase.BASELINE,)) == ()
+    hung = run(synth, lambda t, r: None if r == "replica-1" else 1.0)
+    assert any(f.startswith("platform.no_stuck_request_before: ")
+               for f in platform_failures(hung, OWN, state, (Phase.BASELINE,)))  # fmt: skip
 
 
 def test_a_replica_the_platform_healed_within_the_window_passes_and_is_named(synth: Synth) -> None:
