@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from inferchaos.environments.local.config import LocalEnvConfig
+from inferchaos.errors import FaultError
 from inferchaos.experiments.controls import ControlSpec
 from inferchaos.experiments.runner import Runner, RunOptions
 from inferchaos.experiments.spec import ExperimentSpec, FaultStep
@@ -332,6 +333,9 @@ class FakeSabotage(Fault):
     def revert(self, env: Any, handle: FaultHandle, ledger: Any) -> None:
         world = SABOTAGED_WORLD[0]
         world.record("sabotage.revert")
+        # ``release_fails``: the first release fails (the entry stays for `inferchaos cleanup`).
+        if handle.params.get("release_fails") and not world.names().count("sabotage.revert") > 1:
+            raise FaultError(f"{self.name}: could not release the sabotage")
         world.sabotaged.clear()
         ledger.remove(handle.id)
 
@@ -461,7 +465,7 @@ def wait_for(condition: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-InterruptAt = Literal["baseline", "injecting", "during", "reverting", "recovery"]
+InterruptAt = Literal["baseline", "injecting", "during", "reverting", "recovery", "sabotaged"]
 
 
 def _phase_reached(world: World, at: InterruptAt) -> tuple[Callable[[], bool], float]:
@@ -479,6 +483,8 @@ def _phase_reached(world: World, at: InterruptAt) -> tuple[Callable[[], bool], f
         return (lambda: world.active), 0.3  # into the during phase proper
     if at == "reverting":
         return (lambda: "revert" in world.names()), 0.1
+    if at == "sabotaged":
+        return (lambda: "sabotage.inject" in world.names()), 0.1  # a control's break just went in
     return (lambda: "revert.done" in world.names()), 0.3
 
 

@@ -18,7 +18,7 @@ from inferchaos.experiments.spec import ExperimentSpec
 from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
-from tests.fakes.runner import FAKE_SABOTAGE, RunResult, World, make_spec, run_fake_experiment
+from tests.fakes.runner import FAKE_SABOTAGE, RunResult, World, make_spec, run_cleanup, run_fake_experiment
 
 # The fault hurts the platform while it is in place: a queue in vLLM, slow first tokens.
 HURT = {"canary.ttft_s": 2.0, "vllm.num_requests_waiting": 4.0}
@@ -155,3 +155,47 @@ def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path:
             load_control(path)
         assert message in str(caught.value), (name, str(caught.value))
         assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("at", list(SabotageAt))
+def test_ctrl_c_right_after_a_sabotage_goes_in_reverts_it_and_the_fault_once(
+    at: SabotageAt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollback matrix at every point a control injects its break: Ctrl-C as it goes in."""
+    spec = make_spec(
+        tmp_path / "scenario.yaml", recovery={"within_s": 10, "hold_s": 0.5, "steady": ["ttft_after"]}
+    )
+    step = SabotageStep(0, FAKE_SABOTAGE, at, {"values": {"canary.ttft_s": 3.0}})
+    world = World(during=dict(HURT))
+    result = _run(tmp_path, monkeypatch, _control(spec, sabotage=(step,)), world,
+                  interrupt=signal.SIGINT, interrupt_at="sabotaged")  # fmt: skip
+    names = world.names()
+    assert result.verdict.status is Status.ABORTED and "interrupted" in result.verdict.reason, (
+        result.verdict.reason
+    )
+    assert names.count("sabotage.inject") == 1 and names.count("sabotage.revert") == 1, names
+    # The scenario's own fault: reverted once where it went in (not at all from the baseline).
+    assert names.count("revert") == names.count("inject") == (0 if at is SabotageAt.BASELINE else 1), names
+    assert Ledger().entries() == []
+    assert result.verdict.control is not None and result.verdict.control["result"] == ControlResult.NO_VERDICT
+
+
+def test_a_release_that_fails_keeps_its_entry_for_cleanup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollback matrix at the control's release: a break that cannot be released after the
+    run is reported, its ledger entry kept, and `inferchaos cleanup` reverts it."""
+    spec = make_spec(tmp_path / "scenario.yaml")
+    step = SabotageStep(
+        0, FAKE_SABOTAGE, SabotageAt.INJECT, {"values": {"canary.ttft_s": 3.0}, "release_fails": True}
+    )
+    world = World(during=dict(HURT))
+    result = _run(tmp_path, monkeypatch, _control(spec, sabotage=(step,)), world)
+    control = result.verdict.control
+    assert control is not None
+    (released,) = control["released"]
+    assert released["fault"] == FAKE_SABOTAGE and released["ok"] is False, released
+    (entry,) = Ledger().entries()
+    assert entry.fault == FAKE_SABOTAGE
+    assert run_cleanup(monkeypatch) == 0
+    assert Ledger().entries() == [] and world.names().count("sabotage.revert") == 2
