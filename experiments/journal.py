@@ -134,10 +134,15 @@ def _probe_run(
     """One SLO's judgement as chaoslib's hypothesis writes a probe's run: ``failed`` with an
     ``exception`` when no value judged it, else ``succeeded`` with the value as ``output``."""
     judged = ctk_slo.value_decides(slo["observed"], slo["ok"], slo["op"], slo["threshold"])
-    windowed_recovery = declared.get("phase") == Phase.RECOVERY.value and declared.get("window_s") is not None
+    steady = {str(s.get("name")) for s in (recovery or {}).get("steady", [])}
+    # A recovery SLO judged where recovery was confirmed: a windowed one at the hold's end, a
+    # steady one over the hold (evaluation.evaluate_slo).
+    held_recovery = declared.get("phase") == Phase.RECOVERY.value and (
+        declared.get("window_s") is not None or declared.get("name") in steady
+    )
     run: dict[str, Any] = {
         "activity": _slo_activity(
-            declared, slo["threshold"], canary_timeout_s, recovery if windowed_recovery else None
+            declared, slo["threshold"], canary_timeout_s, recovery if held_recovery else None
         ),
         "output": slo["observed"] if judged else None,
         "status": "succeeded" if judged else "failed",
@@ -188,10 +193,32 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
         "steady_state_met": all(s["ok"] for s in slos),
         # An SLO not in the file (the platform steady state's) is described by the verdict.
         "probes": [
-            _probe_run(declared.get(s["name"], _declared_from(s)), s, *span, spec.canary_timeout_s, recovery)
+            _probe_run(declared[s["name"]], s, *span, spec.canary_timeout_s, recovery)
+            if s["name"] in declared
+            else _probe_run(
+                _declared_from(s),
+                s,
+                *span,
+                spec.canary_timeout_s,
+                _platform_recovery(recovery, _declared_from(s), verdict),
+            )
             for s in slos
-        ],
+        ],  # fmt: skip
     }
+
+
+def _platform_recovery(
+    recovery: Mapping[str, Any] | None, declared: Mapping[str, Any], verdict: Verdict
+) -> dict[str, Any] | None:
+    """The recovery a platform SLO's replay judges it by: the scenario's, held as long as the
+    verdict's platform held it, with this SLO among the steady ones when it was one there."""
+    if recovery is None or declared.get("phase") != Phase.RECOVERY.value:
+        return dict(recovery) if recovery is not None else None
+    hold = verdict.platform.get("hold_s") if isinstance(verdict.platform, Mapping) else None
+    rec = dict(recovery["recovery"])
+    if isinstance(hold, int | float):
+        rec["hold_s"] = hold
+    return {"recovery": rec, "steady": [*recovery["steady"], dict(declared)]}
 
 
 def _declared_from(slo: Mapping[str, Any]) -> dict[str, Any]:
