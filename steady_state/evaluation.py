@@ -514,7 +514,7 @@ def evaluate_slo(
                               f"(the last at +{last - window.start:.1f} s of +{end - window.start:.1f} s)")  # fmt: skip
             judged = [final]
         else:
-            judged = slo_evolution(slo, series, sources)
+            judged = full_windows(slo, slo_evolution(slo, series, sources), series, sources, window)
         values = [j.value for j in judged if j.value is not None]
         if not values:
             observed = None
@@ -797,7 +797,25 @@ def _ok_since(evolution: Sequence[Judgement]) -> float:
 
 def _held(timeline: Timeline, slo: Slo, window: PhaseWindow) -> list[Judgement]:
     """``slo`` judged at each of its evaluation times within ``window``, silences included."""
-    return slo_evolution(slo, _slo_series(timeline, slo, window), _sources(timeline, slo, window))
+    series, sources = _slo_series(timeline, slo, window), _sources(timeline, slo, window)
+    return full_windows(slo, slo_evolution(slo, series, sources), series, sources, window)
+
+
+def full_windows(
+    slo: Slo, evolution: list[Judgement], series: Series, sources: Sequence[Source], window: PhaseWindow
+) -> list[Judgement]:
+    """A windowed during-phase SLO judged on full windows only: the window that ends a moment
+    after the injection holds a reading or two, and one read missed then would read as a
+    replica that answered none. A phase shorter than one window is judged once, over all of
+    it. (A recovery SLO's window is read as a state, where recovery was confirmed.)"""
+    if slo.window_s is None or slo.phase is not Phase.DURING or not evolution:
+        return evolution
+    full = [j for j in evolution if j.t - window.start >= slo.window_s]
+    if full:
+        return full
+    last = evolution[-1].t
+    whole = replace(slo, window_s=math.nextafter(last - window.start, math.inf))
+    return [judge_at(whole, series, sources, last)]
 
 
 def _missed(evolution: Sequence[Judgement], reach: float | None, revert: float, first_within: float,

@@ -338,3 +338,16 @@ def test_a_replica_the_platform_healed_within_the_window_passes_and_is_named(syn
     assert healed_replicas(timeline, PlatformSteadyState(TIMEOUT_S), recovery.steady_at) == {
         "replica-0": pytest.approx(synth.t0 + 40, abs=0.5)
     }
+
+
+def test_one_read_missed_as_the_fault_starts_is_not_a_replica_that_stopped_answering(synth: Synth) -> None:
+    """A replica's server misses the read right at the injection (a flood's first prompts keep
+    it busy): the first window holds that read alone. Only full windows judge it; one whose
+    server answers nothing for the whole fault still fails."""
+    n = END + 1
+    missed = [float("nan") if t == 10 else 1.0 for t in range(n)]
+    _, evaluation = judge(run(synth, healthy_0=missed))
+    assert "platform.replica-0.answers_during" not in failed(evaluation)
+    frozen = [float("nan") if 10 <= t < 30 else 1.0 for t in range(n)]
+    _, evaluation = judge(run(synth, healthy_0=frozen))
+    assert "platform.replica-0.answers_during" in failed(evaluation)
