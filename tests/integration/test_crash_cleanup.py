@@ -33,13 +33,17 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 SLOW_ENGINE = Path(__file__).resolve().parents[1] / "fixtures" / "crash_experiments" / "slow_engine.yaml"
 
 
-# (experiment, the faults whose ledger entries must be acting before the kill). vllm.kill_engine
-# has no case: once its engine is dead nothing of the run's outlives the run (Serve replaces the
-# replica by itself, and its revert only ends the replica's actor sooner), and a case cost a
-# replica's cold start, 126 s of CI on 2 cores.
+# (experiment, the faults whose ledger entries must be acting before the kill).
 CASES = {
     "kill_node": ("node_loss.yaml", {"ray.kill_node"}),
     "stall_placement_group": ("strict_pg_stall.yaml", {"ray.stall_placement_group"}),
+    # The group that holds the spare GPUs while nothing is PENDING: strict_pg_stall in hog mode.
+    "stall_placement_group+hog": ("strict_pg_stall.yaml", {"ray.stall_placement_group"}),
+    # The flood alone: its client threads die with the runner, the prompts they sent stay queued.
+    "flood_kv_cache": ("kv_flood.yaml", {"vllm.flood_kv_cache"}),
+    # A dead engine outlives nothing of the run's, but cleanup must still end its entry and
+    # leave the replica to Serve to replace: the environment whole again.
+    "kill_engine": ("engine_death.yaml", {"vllm.kill_engine"}),
     "flood_kv_cache+hang_engine": ("controls/kv_flood.yaml", {"vllm.flood_kv_cache", "vllm.hang_engine"}),
     "squat_device_memory": ("gpu_memory_squat.yaml", {"device.squat_device_memory"}),
     "blind_health_check+hang_engine": (
@@ -88,8 +92,14 @@ def _link_state(env: LocalEnvironment) -> dict[str, list[str]]:
 
 
 def _experiment(case: str, name: str, tmp_path: Path) -> Path:
-    """The experiment file of ``case``: a shipped one, or the slow_engine test experiment with
-    the case's mechanism written in."""
+    """The experiment file of ``case``: a shipped one, strict_pg_stall in hog mode, or the
+    slow_engine test experiment with the case's mechanism written in."""
+    if case == "stall_placement_group+hog":
+        written = tmp_path / "strict_pg_stall_hog.yaml"
+        shipped = (EXPERIMENTS / name).read_text()
+        assert "mode: strict_spread" in shipped
+        written.write_text(shipped.replace("mode: strict_spread", "mode: hog"))
+        return written
     if Path(name) != SLOW_ENGINE:
         return EXPERIMENTS / name
     mechanism = case.split("+", 1)[1]
