@@ -490,12 +490,15 @@ def healed_replicas(timeline: Timeline, state: PlatformSteadyState, steady_at: f
         if not replica or replica in state.allows.replicas or not injected.start <= row.t < steady_at:
             continue
         if row.error and row.probe.startswith("vllm"):
-            # A busy replica misses a read or two; one that stopped answering misses more.
+            # A busy replica misses a read or two; one that stopped answering misses more in a
+            # row (an answered read in between starts the count again).
             missed.setdefault(replica, []).append(row.t)
             if len(missed[replica]) > MISSED_READS:
                 healed.setdefault(replica, missed[replica][0])
         elif row.ok and row.probe in ("canary.success", "vllm.healthy") and row.value == 0:
             healed.setdefault(replica, row.t)
+        elif row.ok and row.probe == "vllm.healthy":
+            missed.pop(replica, None)
     return healed
 
 

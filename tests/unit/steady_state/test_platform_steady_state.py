@@ -351,3 +351,24 @@ def test_one_read_missed_as_the_fault_starts_is_not_a_replica_that_stopped_answe
     frozen = [float("nan") if 10 <= t < 30 else 1.0 for t in range(n)]
     _, evaluation = judge(run(synth, healthy_0=frozen))
     assert "platform.replica-0.answers_during" in failed(evaluation)
+
+
+def test_reads_a_busy_replica_misses_now_and_then_are_not_a_failure_it_was_healed_of(synth: Synth) -> None:
+    """replica-1 misses four reads during the fault, never two in a row: it never stopped
+    answering, so a passing run names no replica as healed."""
+    n = END + 1
+    sparse = [float("nan") if t in (12, 15, 18, 21) else 1.0 for t in range(n)]
+    rows = [
+        r
+        for r in platform_rows(synth)
+        if not (r.probe == "vllm.healthy" and r.labels == {"replica": "replica-1"})
+    ]
+    rows += synth.rows("vllm.healthy", sparse, labels={"replica": "replica-1"})
+    timeline = synth.timeline(canary_rows(synth, healthy), rows, **MARKS)
+    assert healed_replicas(timeline, PlatformSteadyState(TIMEOUT_S), synth.t0 + 40) == {}
+    # Three in a row and more: it stopped answering.
+    gone = [float("nan") if 12 <= t < 16 else 1.0 for t in range(n)]
+    rows = [r for r in rows if not (r.probe == "vllm.healthy" and r.labels == {"replica": "replica-1"})]
+    rows += synth.rows("vllm.healthy", gone, labels={"replica": "replica-1"})
+    timeline = synth.timeline(canary_rows(synth, healthy), rows, **MARKS)
+    assert set(healed_replicas(timeline, PlatformSteadyState(TIMEOUT_S), synth.t0 + 40)) == {"replica-1"}
