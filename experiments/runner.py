@@ -869,7 +869,10 @@ class Runner:
             triage=triage_dict,
             platform={
                 "steady": all(r.ok for r in evaluation.slos if r.name.startswith("platform.")),
-                "allows": {"replicas": sorted(spec.platform.replicas)},
+                "allows": {
+                    "replicas": sorted(spec.platform.replicas),
+                    "unread": sorted(spec.platform.unread),
+                },
                 "hold_s": judged.recovery.hold_s if judged.recovery else None,
                 "failure": failure.to_dict() if failure else None,
                 "healed": [{"replica": r, "failed_at": at} for r, at in healed.items()],

@@ -75,10 +75,14 @@ class PlatformAllowance:
     """What a scenario's fault may take out while it acts (the experiment's ``platform.allows``).
 
     ``replicas``: replicas that may stop serving during the fault (the one on a lost node, the
-    one whose engine was killed). Everything else of the platform steady state still holds.
+    one whose engine was killed). ``unread``: replicas that keep serving, judged by their users'
+    requests, but whose own server the suite may fail to read while the fault acts (one behind
+    a slowed link answers a read later than the probe waits). Everything else of the platform
+    steady state still holds.
     """
 
     replicas: frozenset[str] = frozenset()
+    unread: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class PlatformSteadyState:
 
 
 PLATFORM_KEYS = ("allows",)
-ALLOWS_KEYS = ("replicas",)
+ALLOWS_KEYS = ("replicas", "unread")
 
 
 def ensure_platform_is_valid(value: object) -> PlatformAllowance:
@@ -116,10 +120,13 @@ def ensure_platform_is_valid(value: object) -> PlatformAllowance:
     for key in allows:
         if key not in ALLOWS_KEYS:
             raise ConfigError(f"platform.allows.{key}: unknown key; use one of {', '.join(ALLOWS_KEYS)}")
-    replicas = allows.get("replicas", [])
-    if not isinstance(replicas, list) or not all(isinstance(r, str) and r for r in replicas):
-        raise ConfigError(f"platform.allows.replicas: must be a list of replica names, got {replicas!r}")
-    return PlatformAllowance(replicas=frozenset(replicas))
+    names: dict[str, frozenset[str]] = {}
+    for key in ALLOWS_KEYS:
+        replicas = allows.get(key, [])
+        if not isinstance(replicas, list) or not all(isinstance(r, str) and r for r in replicas):
+            raise ConfigError(f"platform.allows.{key}: must be a list of replica names, got {replicas!r}")
+        names[key] = frozenset(replicas)
+    return PlatformAllowance(replicas=names["replicas"], unread=names["unread"])
 
 
 def _replica_of(row: Row) -> str | None:
@@ -205,7 +212,7 @@ def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, 
             )
         if replica in state.allows.replicas:
             continue
-        if server:
+        if server and replica not in state.allows.unread:
             slos.append(
                 Slo(f"{PREFIX}{replica}.answers_during", "vllm.healthy", "mean", Op.GE, ANSWERS_FLOOR,
                     Phase.DURING, labels, window_s=w)

@@ -372,3 +372,17 @@ def test_reads_a_busy_replica_misses_now_and_then_are_not_a_failure_it_was_heale
     rows += synth.rows("vllm.healthy", gone, labels={"replica": "replica-1"})
     timeline = synth.timeline(canary_rows(synth, healthy), rows, **MARKS)
     assert set(healed_replicas(timeline, PlatformSteadyState(TIMEOUT_S), synth.t0 + 40)) == {"replica-1"}
+
+
+def test_a_replica_allowed_unread_is_still_judged_by_its_users_requests(synth: Synth) -> None:
+    """A slowed link: replica-0's server cannot be read while the fault acts. Declared unread, it
+    is judged on the requests it serves alone; a typo in the declaration is refused in one line."""
+    unread = [float("nan") if 10 <= t < 30 else 1.0 for t in range(END + 1)]
+    timeline = run(synth, healthy_0=unread)
+    state = PlatformSteadyState(TIMEOUT_S, ensure_platform_is_valid({"allows": {"unread": ["replica-0"]}}))
+    spec = with_platform(OWN, timeline, state)
+    names = {slo.name for slo in spec.slos}
+    assert "platform.replica-0.answers_during" not in names and "platform.replica-0.serves_during" in names
+    assert "platform.replica-1.answers_during" in names
+    with pytest.raises(ConfigError, match=r"^platform\.allows\.unread: must be a list of replica names"):
+        ensure_platform_is_valid({"allows": {"unread": "replica-0"}})
