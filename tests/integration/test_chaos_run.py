@@ -110,10 +110,11 @@ def test_chaos_run_fails_when_the_platform_does_not_recover(
     assert run.returncode == 1, run.output[-3000:]
     # The scenario's own SLO misses; the sampler may miss first, on the platform steady state's
     # recovery that the stalled group (and the detector watching it) kept from holding.
-    assert {"no_pending_groups_before", "no_pending_groups_after"} & set(failed), failed
-    assert set(failed) <= {"steady-state-sampled", "no_pending_groups_before", "no_pending_groups_after"}, (
-        failed
-    )
+    assert failed and failed[0] in {
+        "steady-state-sampled",
+        "no_pending_groups_before",
+        "no_pending_groups_after",
+    }, failed
     assert run.outputs("after")["steady-state-sampled"]["recovered"] is False
     assert [r["status"] for r in run.journal["rollbacks"]] == ["succeeded"]
     assert_nothing_left(integration_home)
