@@ -98,8 +98,8 @@ def _kv_flood_holding_recovery(folder: Path, hold_s: float) -> Path:
     spec = yaml.safe_load((EXPERIMENTS / "kv_flood.yaml").read_text())
     spec["recovery"]["within_s"] += hold_s - spec["recovery"]["hold_s"]
     spec["recovery"]["hold_s"] = hold_s
-    # The platform steady state holds recovery for at least one canary timeout (kv_flood's 30 s,
-    # which under load found no spike-free start in CI, 2026-12-05): the canary waits hold_s.
+    # The platform steady state holds recovery for at least one canary timeout; kv_flood's 30 s
+    # under load finds no spike-free start (bench/RESULTS.md), so the canary waits hold_s.
     spec["canary"]["request_timeout_s"] = hold_s
     folder.mkdir()
     path = folder / "kv_flood.yaml"
