@@ -64,6 +64,7 @@ from inferchaos.steady_state.platform import (
     judged_again,
     platform_failure,
     promised_availability,
+    stop_condition_failure,
     triage_failure,
     with_platform,
 )
@@ -775,13 +776,16 @@ class Runner:
             recovery_blocked_by=list(recovery.blocked_by) if recovery else [],
         )
         status, reason = self._status(evaluation, fault_outcome, recovery)
+        stopped = status is Status.ABORTED and state.stop and state.stop.get("kind") == "stop_condition"
         failure = (
             platform_failure(timeline, judged, evaluation.slos, self.platform(),
                              recovery.blocked_by if recovery and not recovery.recovered else ())
-            if (status is Status.FAILED and not reason.startswith(NO_EFFECT))
-            or (status is Status.ABORTED and state.stop and state.stop.get("kind") == "stop_condition")
+            if (status is Status.FAILED and not reason.startswith(NO_EFFECT)) or stopped
             else None
         )  # fmt: skip
+        if failure is None and stopped and state.stop is not None:
+            failure = stop_condition_failure(timeline, str(state.stop["name"]), str(state.stop["reason"]),
+                                             self.platform())  # fmt: skip
         if failure is not None and failure.replica is None and failure.phase != Phase.BASELINE.value:
             # Without a replica to single out, a failure after the injection is the fault's own
             # business as far as triage can tell: the scenario's triage names it.

@@ -483,6 +483,30 @@ def platform_failure(
     return None
 
 
+def stop_condition_failure(
+    timeline: Timeline, stop_condition: str, reason: str, state: PlatformSteadyState
+) -> PlatformFailure | None:
+    """A stop condition that fired while the fault may take out only some replicas: more went
+    down than the fault explains. Where one replica is left that the fault may not take out,
+    the failure is that replica's (the survivor beside a lost node that hung too); None where
+    the fault may take out every replica, or none (the scenario's own triage names it then).
+
+    Requests are sampled when they end: one sent into a hung survivor ends at its timeout,
+    often after the stop condition has already ended the fault window, so the survivor's own
+    SLOs of that window may never see it fail.
+    """
+    window = phase_windows(timeline).get(Phase.DURING)
+    if window is None or not state.allows.replicas:
+        return None
+    kept = [replica for replica in baseline_replicas(timeline) if replica not in state.allows.replicas]
+    if not kept:
+        return None
+    replica = kept[0] if len(kept) == 1 else None
+    return PlatformFailure(
+        stop_condition, Phase.DURING.value, replica, _first_sign(timeline, replica, window), reason
+    )
+
+
 def healed_replicas(timeline: Timeline, state: PlatformSteadyState, steady_at: float) -> dict[str, float]:
     """Replicas the scenario did not allow out that failed after the injection and before the
     platform was steady again (a request of theirs failed, or their server stopped answering):

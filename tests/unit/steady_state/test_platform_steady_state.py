@@ -28,6 +28,7 @@ from inferchaos.steady_state.platform import (
     platform_failure,
     platform_failures,
     platform_slos,
+    stop_condition_failure,
     triage_failure,
     with_platform,
 )
@@ -264,6 +265,33 @@ def test_a_survivor_that_hangs_beside_a_lost_node_is_the_engines_failure(synth: 
     assert triage_failure(timeline, failure, {}, symptoms).layer == "vllm"
     # Without knowing which readings the fault explains, the lost node answers for the hang.
     assert triage_failure(timeline, failure, {}).layer == "ray"
+
+
+def test_a_stop_condition_beyond_what_the_fault_allows_is_the_survivors_failure(synth: Synth) -> None:
+    """The front door went down 5 s after replica-1's node was lost (its stop condition ended
+    the fault window at +15 s) because replica-0, which the fault did not touch, hung. Its
+    requests end at their timeout, after that window: none of its own SLOs of the window
+    failed. The failure is still replica-0's, and its triage is not the node the fault took."""
+    n = END + 1
+    marks = {**MARKS, "reverted": 15}
+    nodes = [
+        *synth.rows("ray.nodes_alive", [2.0 if 12 <= t < 25 else 3.0 for t in range(n)]),
+        *synth.rows("ray.nodes_dead", [0.0 if t < 12 else 1.0 for t in range(n)]),
+    ]
+    rows = [r for r in platform_rows(synth) if r.probe != "ray.nodes_alive"] + nodes
+    timeline = synth.timeline(canary_rows(synth, lambda t, r: None if 12 <= t < 20 else 1.0), rows, **marks)
+    allowed = PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-1"})))
+    spec, evaluation = judge(timeline, allows=frozenset({"replica-1"}))
+    assert platform_failure(timeline, spec, evaluation.slos, allowed, ()) is None  # type: ignore[attr-defined]
+    reason = "stop condition front_door_down: mean(canary.success) = 0, needs >= 0.5"
+    failure = stop_condition_failure(timeline, "front_door_down", reason, allowed)
+    assert failure is not None and (failure.replica, failure.phase) == ("replica-0", "during")
+    symptoms = fault_symptoms(timeline, "ray", synth.t0 + 10, synth.t0 + 20, {}, None)
+    assert triage_failure(timeline, failure, {}, symptoms).layer == "vllm"
+    # A fault that may take every replica out, or none, explains a front door that went down.
+    everyone = PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-0", "replica-1"})))
+    assert stop_condition_failure(timeline, "front_door_down", reason, everyone) is None
+    assert stop_condition_failure(timeline, "front_door_down", reason, PlatformSteadyState(TIMEOUT_S)) is None
 
 
 def test_a_run_stops_waiting_once_no_hold_in_the_window_can_still_confirm_recovery(synth: Synth) -> None:
