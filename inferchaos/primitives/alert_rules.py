@@ -49,6 +49,10 @@ SLOWER_THAN_PEERS = 4.0
 SLOW_FLOOR_S = 0.5
 # Device memory in use on a GPU no Pod holds, in MiB (DCGM's unit): more than a driver's own.
 SQUAT_MIB = 1024
+# A Ray node whose metrics agent takes this many times the quickest node's scrape, and at least
+# LINK_FLOOR_S, sits behind a slow link: a scrape is a round trip or more over it.
+SLOWER_LINK = 5.0
+LINK_FLOOR_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class Alert:
     signature: str
     # The metrics it reads: what `alerts check` matches a team's own rules by.
     reads: tuple[str, ...] = field(default_factory=tuple)
+    # The suite's faults whose signature this is (``<layer>.<verb>``).
+    faults: tuple[str, ...] = field(default_factory=tuple)
 
     def rule(self, hold_s: float) -> dict[str, Any]:
         """The rule as a Prometheus rules file holds it."""
@@ -131,85 +137,92 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     waiting_work = f"{pending_tasks} > 0 or {pending_pgs} > 0 or {pending_actors} > 0"
     nodes = f"sum({labels.ray('ray_cluster_active_nodes')})"
     node = labels.node_label
+    scrape = f"max by ({node}) ({labels.ray('scrape_duration_seconds')})"
     return (
         Alert(
             f"{PREFIX}KVCacheFull", "vllm", "warning",
             f"({kv_usage} >= {KV_FULL:g} and on ({by}) {waiting} > 0)"
             f" or ({preempting} > 0 and on ({by}) {waiting} > 0)",
             f"{{{{ $labels.{by} }}}}: KV cache {KV_FULL:.0%} full or preempting while requests wait",
-            "kv_cache_flood", (KV_USAGE, WAITING, PREEMPTIONS),
+            "kv_cache_flood", (KV_USAGE, WAITING, PREEMPTIONS), ("vllm.flood_kv_cache",),
         ),
         Alert(
             f"{PREFIX}EngineStalled", "vllm", "critical",
             f"{running} > 0 and on ({by}) {tokens} == 0",
             f"{{{{ $labels.{by} }}}}: requests running, no token generated (a hung engine answers /health)",
-            "engine_hang", (RUNNING, GENERATION_TOKENS),
+            "engine_hang", (RUNNING, GENERATION_TOKENS), ("vllm.hang_engine",),
         ),
         Alert(
             f"{PREFIX}ReplicaSlowerThanPeers", "vllm", "warning",
             f"{ttft} > on () group_left () ({SLOWER_THAN_PEERS:g} * min({ttft})) and {ttft} > {SLOW_FLOOR_S:g}",
             f"{{{{ $labels.{by} }}}}: p95 time to first token {SLOWER_THAN_PEERS:g}x the fastest replica's",
-            "slow_replica", (f"{TTFT}_bucket",),
+            "slow_replica", (f"{TTFT}_bucket",), ("vllm.slow_engine",),
         ),
         Alert(
             f"{PREFIX}ReplicaNotAnswering", "vllm", "critical",
             f"max by ({by}) ({v.selector('up')}) == 0",
             f"{{{{ $labels.{by} }}}}: its /metrics does not answer",
-            "replica_down", ("up",),
+            "replica_down", ("up",), ("vllm.kill_engine",),
         ),
         Alert(
             f"{PREFIX}PlacementGroupPendingWithFreeGPUs", "ray", "warning",
             f"{pending_pgs} > 0 and on () {free_gpus} > 0",
             "a placement group is PENDING while GPUs are free (strict placement cannot fit)",
-            "placement_group_stall", ("ray_gcs_placement_group_count", "ray_resources"),
+            "placement_group_stall", ("ray_gcs_placement_group_count", "ray_resources"), ("ray.stall_placement_group",),
         ),
         Alert(
             f"{PREFIX}ActorsClimbingWhileWorkWaits", "ray", "warning",
             f"(sum({alive}) - sum({alive} offset {trend})) > 0 and on () ({waiting_work})",
             f"live actors grew over {trend} while GPU work waits (an actor leak)",
-            "actor_leak", ("ray_actors", "ray_tasks", "ray_gcs_placement_group_count"),
+            "actor_leak", ("ray_actors", "ray_tasks", "ray_gcs_placement_group_count"), ("ray.leak_actors",),
         ),
         Alert(
             f"{PREFIX}RayNodeLost", "ray", "critical",
             f"{nodes} < max_over_time({nodes}[{trend}:])",
             f"fewer Ray nodes alive than in the last {trend}",
-            "node_loss", ("ray_cluster_active_nodes",),
+            "node_loss", ("ray_cluster_active_nodes",), ("ray.kill_node",),
         ),
         Alert(
             f"{PREFIX}GcsGone", "ray", "critical",
             f"absent_over_time({labels.ray('ray_cluster_active_nodes')}[{window}])",
             "the GCS gives no count of Ray's nodes (the GCS or its monitor is gone)",
-            "gcs_loss", ("ray_cluster_active_nodes",),
+            "gcs_loss", ("ray_cluster_active_nodes",), ("ray.kill_gcs",),
         ),
         Alert(
             f"{PREFIX}ServeControllerGone", "ray", "critical",
             f"absent_over_time({labels.ray('ray_serve_controller_control_loop_duration_s')}[{window}])",
             "the Serve controller reports no control loop",
-            "serve_controller_loss", ("ray_serve_controller_control_loop_duration_s",),
+            "serve_controller_loss", ("ray_serve_controller_control_loop_duration_s",), ("ray.kill_serve_controller",),
         ),
         Alert(
             f"{PREFIX}PodUnschedulable", "k8s", "warning",
             "max by (namespace, pod) (kube_pod_status_unschedulable) == 1",
             "{{ $labels.namespace }}/{{ $labels.pod }}: Pending, unschedulable",
-            "pods_pending", ("kube_pod_status_unschedulable",),
+            "pods_pending", ("kube_pod_status_unschedulable",), ("k8s.squat_gpu_ledger", "k8s.force_anti_affinity_deadlock", "k8s.taint_gpu_nodes"),
         ),
         Alert(
             f"{PREFIX}NodeNotReady", "k8s", "critical",
             'max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 0',
             "{{ $labels.node }}: not Ready",
-            "k8s_node_loss", ("kube_node_status_condition",),
+            "k8s_node_loss", ("kube_node_status_condition",), ("k8s.stop_node_container", "k8s.cordon_node", "k8s.drain_node", "k8s.delete_node"),
         ),
         Alert(
             f"{PREFIX}DeviceMemoryOutsideReplicas", "device", "warning",
             f'max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED{{pod=""}}) > {SQUAT_MIB}',
             "{{ $labels.Hostname }} GPU {{ $labels.gpu }}: memory in use that no Pod holds",
-            "gpu_memory_squat", ("DCGM_FI_DEV_FB_USED",),
+            "gpu_memory_squat", ("DCGM_FI_DEV_FB_USED",), ("device.squat_device_memory",),
+        ),
+        Alert(
+            f"{PREFIX}WorkerLinkSlow", "network", "warning",
+            f"{scrape} > on () group_left () ({SLOWER_LINK:g} * min({scrape})) and {scrape} > {LINK_FLOOR_S:g}",
+            f"{{{{ $labels.{node} }}}}: scraping its metrics agent takes {SLOWER_LINK:g}x the quickest node's",
+            "slow_link", ("scrape_duration_seconds",), ("network.degrade_link",),
         ),
         Alert(
             f"{PREFIX}WorkerUnreachable", "network", "critical",
             f"max by ({node}) ({labels.ray('up')}) == 0",
             f"{{{{ $labels.{node} }}}}: Ray's metrics agent does not answer (node down or cut off)",
-            "network_partition", ("up",),
+            "network_partition", ("up",), ("network.partition_node",),
         ),
     )  # fmt: skip
 
@@ -244,3 +257,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def alerts_for(fault: str, labels: AlertLabels) -> tuple[Alert, ...]:
+    """The alerts whose signature ``fault`` (``<layer>.<verb>``) shows."""
+    return tuple(alert for alert in alerts(labels) if fault in alert.faults)

@@ -202,6 +202,13 @@ FIRING: Mapping[str, tuple[list[dict[str, str]], dict[str, str]]] = {
         ],
         {"Hostname": "gpu-1", "gpu": "0"},
     ),
+    "InferchaosWorkerLinkSlow": (
+        [
+            {"series": 'scrape_duration_seconds{job="ray",node="worker-1"}', "values": "0.01x30"},
+            {"series": 'scrape_duration_seconds{job="ray",node="worker-2"}', "values": "0.01 0.41x30"},
+        ],
+        {"node": "worker-2"},
+    ),
     "InferchaosWorkerUnreachable": (
         [{"series": 'up{job="ray",node="worker-2"}', "values": "1 0x30"}],
         {"node": "worker-2"},
