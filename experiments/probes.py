@@ -14,6 +14,7 @@ from inferchaos.steady_state.cold_start import ColdStartProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
 from inferchaos.steady_state.network import NetworkProbe, NodeLink
+from inferchaos.steady_state.prometheus_alerts import PrometheusAlertsProbe
 from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeSelector
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
@@ -69,6 +70,8 @@ def build_probes(
     if status.prometheus is not None:
         ray_selector = PromRaySelector(status.prometheus.ray_matchers)
         probes.append(PrometheusRayProbe(status.prometheus.url, ray_selector))
+        # Whether the platform's own alerting would have caught the fault, and how early.
+        probes.append(PrometheusAlertsProbe(status.prometheus.url))
     else:
         probes.append(RayProbe(state.dashboard_url, env.connect_ray))
     # Serve's replica states, through the same dashboard: the platform's own view of its replicas.

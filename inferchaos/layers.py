@@ -18,6 +18,8 @@ class Layer(StrEnum):
     # Client-side views of the whole stack: the canary and Locust load.
     CANARY = "canary"
     LOAD = "load"
+    # The platform team's own alerting: the alerts its Prometheus fires (steady_state/prometheus_alerts.py).
+    ALERTS = "alerts"
 
 
 # Triage checks the serving layers from the inside out: vLLM, then Ray, then Kubernetes,

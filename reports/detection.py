@@ -112,6 +112,16 @@ def _when(d: SignalDetection) -> str:
     return "never" if d.noticed_after_s is None else f"{d.noticed_after_s:.2f} s"
 
 
+def _saw(d: SignalDetection) -> str:
+    """What a signal saw; an alert's lead over the first failed user request too."""
+    saw = d.detail or "-"
+    if d.lead_s is None:
+        return saw
+    return (
+        f"{saw}; {abs(d.lead_s):.1f} s {'before' if d.lead_s >= 0 else 'after'} the first failed user request"
+    )
+
+
 def detection_section(run: RunRecord) -> Raw:
     """The report's ``detection`` section; a line saying why it is empty for older or un-injected runs."""
     detections = run.verdict.detection
@@ -123,9 +133,7 @@ def detection_section(run: RunRecord) -> Raw:
         )
         body: object = tag("p", why, cls="muted")
     else:
-        rows = [
-            (d.layer, signal_title(d.signal), _when(d), fmt.epoch(d.at), d.detail or "-") for d in detections
-        ]
+        rows = [(d.layer, signal_title(d.signal), _when(d), fmt.epoch(d.at), _saw(d)) for d in detections]
         body = join([
             tag("p", "Counted from the injection. Red dots: when each signal first noticed; "
                 "a signal that never noticed within the run says so on its row.", cls="muted"),

@@ -19,6 +19,7 @@ from inferchaos.reports.errors import ReportError
 from inferchaos.reports.junit import Case, Outcome, run_suite, testsuites, unjudged_suite, xml_text
 from inferchaos.reports.load import RunRecord, load_run
 from inferchaos.reports.openmetrics import openmetrics_text
+from inferchaos.steady_state.detection import AlertCoverage, alert_coverage
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,9 @@ class RunSummary:
     triage_layer: str | None
     # Relative to the day's folder.
     run_dir: str | None
+    # The platform's alerting: its first alert after the injection (``alert`` None: none
+    # fired); None where the run read no alerts (no --prometheus).
+    first_alert: AlertCoverage | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ def _run_summary(day_dir: Path, entry: DayEntry) -> RunSummary:
         time_to_recover_s=v.timing.time_to_recover_s,
         triage_layer=v.triage.layer,
         run_dir=_folder(day_dir, run.run_dir),
+        first_alert=alert_coverage(v.detection),
     )
 
 

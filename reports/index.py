@@ -17,6 +17,7 @@ from inferchaos.reports import formatting as fmt
 from inferchaos.reports.errors import ReportError
 from inferchaos.reports.htmlkit import STATUS_COLOURS, Raw, esc, join, page, state, table, tag
 from inferchaos.reports.load import VERDICT, Status, VerdictRecord, load_verdict
+from inferchaos.steady_state.detection import alert_coverage
 
 logger = logging.getLogger(__name__)
 
@@ -118,14 +119,19 @@ def _link(run: IndexedRun) -> Raw:
     return tag("code", run.folder)
 
 
+def _first_alert(run: IndexedRun) -> str:
+    coverage = alert_coverage(run.verdict.detection)
+    return "alerts not read" if coverage is None else coverage.text()
+
+
 def _latest(latest: dict[str, IndexedRun]) -> Raw:
     rows = [
         (name, state(run.verdict.status.value), run.verdict.title, run.verdict.env, fmt.epoch(run.verdict.started_at, ms=False),
-         fmt.seconds(run.verdict.timing.time_to_recover_s),
+         fmt.seconds(run.verdict.timing.time_to_recover_s), _first_alert(run),
          fmt.control_line(run.verdict.control) if run.verdict.control else run.verdict.reason, _link(run))
         for name, run in latest.items()
     ]  # fmt: skip
-    return table(["scenario", "status", "title", "env", "started", "TTR", "reason", "run"], rows,
+    return table(["scenario", "status", "title", "env", "started", "TTR", "first alert", "reason", "run"], rows,
                  numeric=(5,), times=(4,), id="latest-table")  # fmt: skip
 
 

@@ -458,7 +458,7 @@ def _detection(f: _Fields, data: Mapping[str, Any]) -> tuple[SignalDetection, ..
     entries = []
     for index, entry in enumerate(f.items(data, "detection")):
         where = f"detection[{index}]."
-        entry = _defaults(f.mapping(entry, where[:-1]), at=None, detail="")
+        entry = _defaults(f.mapping(entry, where[:-1]), at=None, detail="", lead_s=None)
         entries.append(
             SignalDetection(
                 layer=f.text(entry, "layer", where),
@@ -466,6 +466,7 @@ def _detection(f: _Fields, data: Mapping[str, Any]) -> tuple[SignalDetection, ..
                 noticed_after_s=f.opt_number(entry, "noticed_after_s", where),
                 at=f.opt_number(entry, "at", where),
                 detail=f.text(entry, "detail", where),
+                lead_s=f.opt_number(entry, "lead_s", where),
             )
         )
     return tuple(entries)

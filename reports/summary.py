@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from inferchaos.reports import formatting as fmt
 from inferchaos.reports.load import RunRecord, Status
+from inferchaos.steady_state.detection import alert_coverage
 
 
 def _cell(text: str) -> str:
@@ -45,6 +46,12 @@ def _censored(run: RunRecord) -> list[str]:
     return [] if text is None else [f"- Censored TTFT: {_line(text)}"]
 
 
+def _alerts(run: RunRecord) -> list[str]:
+    """The line on the platform's own alerting, where the run read its alerts."""
+    coverage = alert_coverage(run.verdict.detection)
+    return [] if coverage is None else [f"- First alert: {_line(coverage.text())}"]
+
+
 def _triage(run: RunRecord) -> str:
     triage = run.verdict.triage
     if triage.layer is None:
@@ -69,6 +76,7 @@ def render_summary(run: RunRecord, files: Sequence[str]) -> str:
         "",
         *_censored(run),
         f"- Time to detect: {fmt.detection_summary(run)}",
+        *_alerts(run),
         f"- Time to recover: {fmt.recovery_summary(run)}",
         f"- {_triage(run)}",
         f"- Duration: {v.duration_s:.1f} s, started {fmt.epoch(v.started_at)}",

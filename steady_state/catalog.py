@@ -93,8 +93,12 @@ K8S_PROBES: frozenset[str] = frozenset(
 # Read from the head's side of each worker's link (steady_state/network.py); {node}.
 NETWORK_PROBES: frozenset[str] = frozenset({"network.node_reachable", "network.handshake_rtt_s"})
 
+# The alerts the environment's Prometheus fires (steady_state/prometheus_alerts.py): firing
+# {alertname, layer, ...its own labels}, 1 per firing alert; firing_count, every tick it read.
+ALERT_PROBES: frozenset[str] = frozenset({"alerts.firing", "alerts.firing_count"})
+
 KNOWN_PROBES: frozenset[str] = (
-    VLLM_PROBES | CANARY_PROBES | RAY_PROBES | DEVICE_PROBES | K8S_PROBES | NETWORK_PROBES
+    VLLM_PROBES | CANARY_PROBES | RAY_PROBES | DEVICE_PROBES | K8S_PROBES | NETWORK_PROBES | ALERT_PROBES
 )
 
 # One family per layer; a probe name outside every family cannot belong to any layer.

@@ -52,6 +52,9 @@ class SignalDetection:
     noticed_after_s: float | None
     at: float | None = None
     detail: str = ""
+    # An alert's lead over the first failed user request, in seconds: negative where users
+    # felt the fault first; None where no user request failed (or for other signals).
+    lead_s: float | None = None
 
     @property
     def noticed(self) -> bool:
@@ -72,8 +75,9 @@ SIGNAL_TITLES: dict[str, str] = {
 
 
 def signal_title(signal: str) -> str:
-    """The short name of ``signal`` for people; an unknown signal (a newer run) keeps its own."""
-    return SIGNAL_TITLES.get(signal, signal)
+    """The short name of ``signal`` for people (an alert by its name); an unknown signal (a
+    newer run) keeps its own."""
+    return SIGNAL_TITLES.get(signal, signal.removeprefix("alert."))
 
 
 # (at, detail) of the first departure, or None.
@@ -300,17 +304,53 @@ def detect_signals(
     for signal in PLATFORM_SIGNALS:
         if _present(timeline, signal.sources):
             detections.append(entry(signal.layer, signal.name, signal.noticed(timeline, since)))
-    return detections
+    return detections + alert_detections(timeline, since, origin)
+
+
+NO_ALERT = "no alert fired"
+
+
+def alert_detections(timeline: Timeline, since: float, origin: float) -> list[SignalDetection]:
+    """One row per alert the platform's Prometheus fired in the run (``alert.<name>``, its own
+    ``layer`` label), measured from ``origin``: one that already fired before ``since`` (a
+    false alarm at baseline, or one left over) has a negative time. Its ``lead_s`` is how long
+    before the first failed user request it fired. Where the alerts were read but none fired
+    after ``since``, one row ``alerts`` that never noticed, its detail :data:`NO_ALERT`; none
+    where the run read no alerts."""
+    if not any(row.probe == "alerts.firing_count" and row.ok for row in timeline.rows):
+        return []
+    failed = _canary(timeline, since)
+    first: dict[str, Row] = {}
+    for row in _readings(timeline, "alerts.firing"):
+        first.setdefault(row.labels.get("alertname", "?"), row)
+    rows = []
+    for name, row in first.items():
+        subject = ", ".join(f"{k}={v}" for k, v in sorted(row.labels.items()) if k not in _ALERT_OWN)
+        lead = None if failed is None else round(failed[0] - row.t, 3)
+        rows.append(SignalDetection(row.labels.get("layer", "alerts"), f"alert.{name}", round(row.t - origin, 3),
+                                    row.t, subject, lead))  # fmt: skip
+    if not any(d.at is not None and d.at >= since for d in rows):
+        rows.append(SignalDetection("alerts", "alerts", None, None, NO_ALERT))
+    return rows
+
+
+# An alert's labels that are not its subject.
+_ALERT_OWN = frozenset({"alertname", "layer", "severity"})
 
 
 def noticed_text(detection: SignalDetection) -> str:
-    """``serve 6.1 s`` or ``vllm /health never``; inferchaos' own row says by what."""
+    """``serve 6.1 s`` or ``vllm /health never``; inferchaos' own row says by what, an
+    alert's its lead over the first failed request."""
     title = signal_title(detection.signal)
     if detection.noticed_after_s is None:
-        return f"{title} never"
+        return f"{title} never" if detection.detail != NO_ALERT else NO_ALERT
     text = f"{title} {detection.noticed_after_s:.1f} s"
     if detection.signal == "inferchaos.slo_or_detector" and detection.detail:
         text += f" ({detection.detail.split(':', 1)[0]})"
+    if detection.lead_s is not None:
+        text += (
+            f" ({abs(detection.lead_s):.1f} s {'before' if detection.lead_s >= 0 else 'after'} users failed)"
+        )
     return text
 
 
@@ -319,3 +359,46 @@ def noticed_line(detections: Sequence[SignalDetection]) -> str:
     if not detections:
         return ""
     return "noticed: " + " · ".join(noticed_text(d) for d in detections)
+
+
+@dataclass(frozen=True)
+class AlertCoverage:
+    """Whether the platform's alerting caught a run's fault: its first alert after the
+    injection (``alert`` None: none fired), the alert's layer, when, and its lead over the
+    first failed user request (negative: users failed first)."""
+
+    alert: str | None
+    layer: str | None = None
+    noticed_after_s: float | None = None
+    lead_s: float | None = None
+
+    def text(self) -> str:
+        """``InferchaosEngineStalled (vllm) 4.0 s, 3.1 s before users failed`` or "no alert fired"."""
+        if self.alert is None:
+            return NO_ALERT
+        when = "" if self.noticed_after_s is None else f" {self.noticed_after_s:.1f} s"
+        lead = ""
+        if self.lead_s is not None:
+            lead = f", {abs(self.lead_s):.1f} s {'before' if self.lead_s >= 0 else 'after'} users failed"
+        return f"{self.alert} ({self.layer}){when}{lead}"
+
+
+def alert_coverage(detections: Sequence[SignalDetection]) -> AlertCoverage | None:
+    """The run's :class:`AlertCoverage`; None where it read no alerts (no ``--prometheus``)."""
+    rows = [d for d in detections if d.signal.startswith("alert.") or d.detail == NO_ALERT]
+    if not rows:
+        return None
+    fired = sorted(
+        (
+            d
+            for d in rows
+            if d.signal.startswith("alert.") and d.noticed_after_s is not None and d.noticed_after_s >= 0
+        ),
+        key=lambda d: d.noticed_after_s or 0.0,
+    )
+    if not fired:
+        return AlertCoverage(None)
+    first = fired[0]
+    return AlertCoverage(
+        first.signal.removeprefix("alert."), first.layer, first.noticed_after_s, first.lead_s
+    )

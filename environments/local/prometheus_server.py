@@ -9,7 +9,9 @@ files that the environment rewrites when a node is added; Prometheus rereads the
 
 It evaluates the probes' recording rules (primitives/vllm_promql.py) each interval, so a tick
 reads the latency quantiles instead of computing them over every replica's buckets, and keeps
-of each replica's scrape only the series the probes read (about 70 of some 600).
+of each replica's scrape only the series the probes read (about 70 of some 600). It evaluates
+inferchaos' alerting rules too (primitives/alert_rules.py), so that each run reads which alerts
+a platform team deploying them would have seen fire, and when.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import psutil
 import yaml
 
 from inferchaos.errors import ConfigError, EnvironmentStartError
+from inferchaos.primitives.alert_rules import AlertLabels, alert_rules_yaml
 from inferchaos.primitives.env_status import PrometheusStatus
 from inferchaos.primitives.processes import spawn_server
 from inferchaos.primitives.vllm_promql import PromVllmSelector, keep_relabel_config
@@ -39,7 +42,7 @@ PROMETHEUS = "prometheus"
 PROMETHEUS_HOST = "127.0.0.1"
 SCRAPE_INTERVAL_S = 1
 VLLM_JOB, HEALTH_JOB, RAY_JOB = "vllm", "vllm_health", "ray"
-RULES_FILE = "vllm_rules.yml"
+RULES_FILE = "inferchaos-rules.yml"
 INSTALL_HINT = (
     "--prometheus needs the prometheus program; install the distribution's package "
     "(apt-get install prometheus) or put prometheus on PATH"
@@ -81,6 +84,19 @@ def vllm_selector(interval_s: float = SCRAPE_INTERVAL_S) -> PromVllmSelector:
         health_matchers=f'job="{HEALTH_JOB}"',
         # Five scrapes, so one late scrape does not empty a rate's window.
         window_s=5.0 * interval_s,
+    )
+
+
+def local_alert_labels(interval_s: float = SCRAPE_INTERVAL_S) -> AlertLabels:
+    """The alerting rules' view of this Prometheus (primitives/alert_rules.py): the probes'
+    replicas and rate window, Ray's nodes by their ``node`` label, and holds sized for runs of
+    a minute or two: five scrapes before an alert fires, a minute to see a count climb."""
+    return AlertLabels(
+        vllm=vllm_selector(interval_s),
+        ray_matchers=f'job="{RAY_JOB}"',
+        node_label="node",
+        hold_s=5.0 * interval_s,
+        trend_s=60.0 * interval_s,
     )
 
 
@@ -169,7 +185,7 @@ def start_prometheus(
     for job in (VLLM_JOB, HEALTH_JOB, RAY_JOB):
         write_targets(targets_dir, job, [])
     rules = folder / RULES_FILE
-    rules.write_text(vllm_selector(interval_s).rules_yaml())
+    rules.write_text(alert_rules_yaml(local_alert_labels(interval_s)))
     config = folder / "prometheus.yml"
     config.write_text(yaml.safe_dump(scrape_config(targets_dir, interval_s, rules), sort_keys=False))
     log_path = logs_dir / "prometheus.log"

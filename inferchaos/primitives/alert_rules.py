@@ -13,8 +13,8 @@ They read the real metric names of vLLM (primitives/vllm_metrics.py), Ray's metr
 (``ray_*``), kube-state-metrics and NVIDIA's DCGM exporter, and the recording rules of
 primitives/vllm_promql.py, which the file carries in the same document. Like those, they are
 generated from one source, :func:`alert_rules_document`: ``deploy/prometheus/inferchaos-rules.yml``
-is its output for a cluster's labels (:data:`CLUSTER`), the local environment's Prometheus loads
-its output for the local labels (:data:`LOCAL`).
+is its output for a cluster's labels (:data:`CLUSTER`); the local environment's Prometheus loads
+its output for that environment's labels (environments/local/prometheus_server.py).
 """
 
 from __future__ import annotations
@@ -80,14 +80,6 @@ class AlertLabels:
 # scrape every 15 s (a rate window holds four), Ray's head and workers in job "ray".
 CLUSTER = AlertLabels(
     vllm=PromVllmSelector(replica_label="pod", matchers='job="vllm"', window_s=60.0),
-)
-# The local environment's Prometheus (environments/local/prometheus_server.py): a scrape every
-# second, replicas and Ray nodes named by their own labels, runs of a minute or two.
-LOCAL = AlertLabels(
-    vllm=PromVllmSelector(replica_label="replica", matchers='job="vllm"', window_s=5.0),
-    node_label="node",
-    hold_s=5.0,
-    trend_s=60.0,
 )
 
 

@@ -23,6 +23,7 @@ from inferchaos.environments.local.prometheus_server import (
     VLLM_JOB,
     PrometheusRecord,
     Target,
+    local_alert_labels,
     scrape_config,
     vllm_selector,
     write_targets,
@@ -37,6 +38,7 @@ from inferchaos.environments.local.ray_cluster import (
     refresh_scrape_targets,
 )
 from inferchaos.environments.local.state import LocalEnvState
+from inferchaos.primitives.alert_rules import alert_rules_yaml
 from inferchaos.primitives.ray_nodes import NodePorts, RayNodeRecord
 from inferchaos.primitives.vllm_metrics import parse_metrics
 from inferchaos.primitives.vllm_promql import KEPT_METRICS, PromVllmSelector
@@ -76,7 +78,7 @@ def test_the_real_promtool_accepts_the_scrape_config_and_its_rules(tmp_path: Pat
     for job in (VLLM_JOB, HEALTH_JOB, RAY_JOB):
         write_targets(tmp_path, job, [Target("127.0.0.1:8100", {"replica": "replica-0"})])
     rules = tmp_path / RULES_FILE
-    rules.write_text(vllm_selector().rules_yaml())
+    rules.write_text(alert_rules_yaml(local_alert_labels()))
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(scrape_config(tmp_path, rules_file=rules)))
     checked = subprocess.run(

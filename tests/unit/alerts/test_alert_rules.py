@@ -4,7 +4,7 @@ stays silent on the baselines of this project's own recorded healthy runs.
 ``healthy_baselines.csv`` holds the baseline phases of the twelve default scenarios' chaos runs
 on a healthy local environment (a CI rehearsal, 2 cores): each probe's readings, as the runs'
 timelines recorded them. They become the series a Prometheus scraping that environment holds
-(the local labels, :data:`LOCAL`), one second apart.
+(its labels, ``local_alert_labels``), one second apart.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferchaos.primitives.alert_rules import CLUSTER, DEPLOY_HEADER, LAYERS, LOCAL, alert_rules_yaml, alerts
+from inferchaos.environments.local.prometheus_server import local_alert_labels
+from inferchaos.primitives.alert_rules import CLUSTER, DEPLOY_HEADER, LAYERS, alert_rules_yaml, alerts
 from tests.skips import needs_package
 
 HERE = Path(__file__).parent
+LOCAL = local_alert_labels()
 DEPLOYED = HERE.parents[2] / "deploy" / "prometheus" / "inferchaos-rules.yml"
 BASELINES = HERE / "healthy_baselines.csv"
 PROMTOOL = shutil.which("promtool")

@@ -63,7 +63,7 @@ def test_summary_json_holds_each_run_and_the_days_outcome(day: tuple[Path, list[
     assert passed == {
         "experiment": "kv_flood", "env": "local", "status": "passed", "reason": recorded["reason"], "exit_code": 0,
         "control": None, "time_to_detect_s": None, "time_to_recover_s": recorded["timing"]["time_to_recover_s"],
-        "triage_layer": "vllm", "run_dir": "passed_kv_flood",
+        "triage_layer": "vllm", "run_dir": "passed_kv_flood", "first_alert": None,
     }  # fmt: skip
     assert (aborted["status"], aborted["exit_code"], aborted["run_dir"]) == ("aborted", 1, "aborted_pg_stall")
     assert aborted["time_to_detect_s"] is None and aborted["time_to_recover_s"] is None
@@ -75,7 +75,7 @@ def test_summary_json_holds_each_run_and_the_days_outcome(day: tuple[Path, list[
     assert refused == {
         "experiment": "node_loss", "env": None, "status": None, "reason": REFUSED, "exit_code": 2,
         "control": None, "time_to_detect_s": None, "time_to_recover_s": None, "triage_layer": None,
-        "run_dir": None,
+        "run_dir": None, "first_alert": None,
     }  # fmt: skip
     assert not_run["status"] is None and not_run["exit_code"] is None and "not run" in not_run["reason"]
 
