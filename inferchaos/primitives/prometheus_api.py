@@ -104,3 +104,64 @@ async def recording_rule_names(client: httpx.AsyncClient, base_url: str, timeout
         for rule in group.get("rules", [])
         if isinstance(rule, Mapping) and rule.get("type") == "recording" and "name" in rule
     }
+
+
+@dataclass(frozen=True)
+class PromRule:
+    """One rule Prometheus evaluates, as ``/api/v1/rules`` lists it."""
+
+    kind: str  # "alerting" or "recording"
+    name: str
+    # The expression as Prometheus prints it back once parsed, not as the rules file spells it.
+    query: str
+    group: str
+
+
+def rules_of(payload: object, base_url: str) -> list[PromRule]:
+    """The rules a ``/api/v1/rules`` answer lists; ProbeError for any answer that is not one."""
+    if isinstance(payload, Mapping) and payload.get("status") == "error":
+        raise ProbeError(
+            f"Prometheus at {base_url} refused its rules: {payload.get('errorType', '?')}: {payload.get('error')}"
+        )
+    data = (
+        payload.get("data") if isinstance(payload, Mapping) and payload.get("status") == "success" else None
+    )
+    groups = data.get("groups") if isinstance(data, Mapping) else None
+    if not isinstance(groups, list):
+        raise ProbeError(f"{base_url} answered /api/v1/rules without a rule list: not Prometheus' HTTP API")
+    rules = []
+    for group in groups:
+        listed = group.get("rules") if isinstance(group, Mapping) else None
+        if not isinstance(listed, list):
+            raise ProbeError(f"{base_url} answered /api/v1/rules with a malformed group {group!r:.200}")
+        for rule in listed:
+            if not (
+                isinstance(rule, Mapping)
+                and isinstance(rule.get("name"), str)
+                and isinstance(rule.get("query"), str)
+            ):
+                raise ProbeError(f"{base_url} answered /api/v1/rules with a malformed rule {rule!r:.200}")
+            rules.append(
+                PromRule(str(rule.get("type", "")), rule["name"], rule["query"], str(group.get("name", "")))
+            )
+    return rules
+
+
+def loaded_rules(client: httpx.Client, base_url: str, timeout_s: float) -> list[PromRule]:
+    """Every rule Prometheus evaluates, alerting and recording (``/api/v1/rules``).
+
+    ProbeError when it did not answer, or answered anything but Prometheus' rule list (an HTTP
+    error without Prometheus' error JSON, a page that is not JSON: another server at that URL).
+    """
+    url = f"{base_url.rstrip('/')}/api/v1/rules"
+    try:
+        response = client.get(url, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        raise ProbeError(f"Prometheus at {base_url} did not answer: {type(e).__name__}: {e}") from e
+    try:
+        payload = response.json()
+    except ValueError as e:
+        raise ProbeError(
+            f"{base_url} answered {url} with HTTP {response.status_code} without JSON: not Prometheus' HTTP API"
+        ) from e
+    return rules_of(payload, base_url)
