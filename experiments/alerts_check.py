@@ -139,11 +139,19 @@ def coverage(
     """Each signature of :func:`alerts` and the names of the alerting rules among ``rules`` that cover it."""
     used = frozenset(used_faults)
     readers = alerting_reads(rules)
-    result = []
+    # A signature some of our alerts see in different metrics (a hung engine: vLLM's counters,
+    # or Serve's requests in flight) is covered by a rule reading what any one of them reads.
+    by_signature: dict[str, list[Alert]] = {}
     for alert in alerts(labels):
+        by_signature.setdefault(alert.signature, []).append(alert)
+    result = []
+    for variants in by_signature.values():
         # One name once, though several groups may carry an alert of that name.
-        names = tuple(dict.fromkeys(rule.name for rule, reads in readers if covers(reads, alert)))
-        result.append(Coverage(alert, names, not used.isdisjoint(alert.faults)))
+        names = tuple(
+            dict.fromkeys(rule.name for rule, reads in readers if any(covers(reads, a) for a in variants))
+        )
+        faults = {fault for a in variants for fault in a.faults}
+        result.append(Coverage(variants[0], names, not used.isdisjoint(faults)))
     return result
 
 

@@ -70,6 +70,9 @@ class AlertLabels:
     node_label: str = "instance"
     hold_s: float = 60.0
     trend_s: float = 600.0
+    # The rate window of Ray's own counters: its agents report every 10 s
+    # (metrics_report_interval_ms), so a window must hold several reports.
+    ray_window_s: float = 60.0
 
     def ray(self, metric: str, *extra: str) -> str:
         inner = ",".join(m for m in (self.ray_matchers, *extra) if m)
@@ -129,6 +132,9 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     waiting_work = f"{pending_tasks} > 0 or {pending_pgs} > 0 or {pending_actors} > 0"
     nodes = f"sum({labels.ray('ray_cluster_active_nodes')})"
     node = labels.node_label
+    ray_window = promql_duration(labels.ray_window_s)
+    # OpenTelemetry's Prometheus exporter (Ray's default) names a counter with _total; older Rays do not.
+    served = labels.ray("", '__name__=~"ray_serve_deployment_request_counter(_total)?"')
     scrape = f"max by ({node}) ({labels.ray('scrape_duration_seconds')})"
     return (
         Alert(
@@ -143,6 +149,14 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
             f"{running} > 0 and on ({by}) {tokens} == 0",
             f"{{{{ $labels.{by} }}}}: requests running, no token generated (a hung engine answers /health)",
             "engine_hang", (RUNNING, GENERATION_TOKENS), ("vllm.hang_engine",),
+        ),
+        Alert(
+            f"{PREFIX}ServeReplicaStuck", "vllm", "critical",
+            f"max by (deployment, replica) ({labels.ray('ray_serve_replica_processing_queries')}) > 0"
+            f" and on (deployment, replica) sum by (deployment, replica) (rate({served}[{ray_window}])) == 0",
+            "Serve replica {{ $labels.replica }} of {{ $labels.deployment }}: requests in flight, none completed "
+            "(its engine hangs while /health answers)",
+            "engine_hang", ("ray_serve_replica_processing_queries",), ("vllm.hang_engine",),
         ),
         Alert(
             f"{PREFIX}ReplicaSlowerThanPeers", "vllm", "warning",

@@ -9,13 +9,16 @@ Prometheus lie between two direct reads taken one scrape interval apart, under t
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import pytest
@@ -27,6 +30,7 @@ from inferchaos.environments.local.prometheus_server import (
     SCRAPE_INTERVAL_S,
     VLLM_JOB,
     PrometheusRecord,
+    local_alert_labels,
     replica_targets,
     start_prometheus,
     write_targets,
@@ -313,3 +317,100 @@ def test_the_ray_probe_through_prometheus_reads_what_the_state_api_reads(
     back = _agreeing(state_api, through, 45.0)
     assert back is not None and back.get("ray.pending_pgs") == 0
     assert back["ray.gpus_available"] == at_rest["ray.gpus_available"]
+
+
+def _alerts(url: str, state: str) -> list[dict[str, str]]:
+    answer = httpx.get(
+        f"{url}/api/v1/query", params={"query": f'ALERTS{{alertstate="{state}"}}'}, timeout=5.0
+    )
+    return [r["metric"] for r in answer.json()["data"]["result"]]
+
+
+def _dashboard() -> ModuleType:
+    path = Path(__file__).parents[2] / "deploy" / "grafana" / "dashboard.py"
+    spec = importlib.util.spec_from_file_location("inferchaos_dashboard", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dashboards_vllm_and_ray_queries_return_data_from_the_real_prometheus(
+    local_env: LocalEnvironment, prometheus: PrometheusRecord
+) -> None:
+    """The dashboard built for this environment's labels (the one shipped is the same source
+    for a cluster's): every vLLM and Ray panel's query answers with series, under traffic. The
+    Kubernetes and device panels read kube-state-metrics and DCGM, which the local environment
+    has neither of (the scraped stand-in tests read the kube ones)."""
+    status = local_env.status()
+    every_up = wait_until(lambda: len(_up(prometheus.url, "ray")) >= 3 and len(_up(prometheus.url, VLLM_JOB)) >= 2, 30.0, 0.5)  # fmt: skip
+    assert every_up is not None
+    for _ in range(6):
+        stream_completion(status.front_door.url, status.model.name, "dashboards", max_tokens=8)
+    dashboard = _dashboard()
+    queries = [q for q in dashboard.queries(local_alert_labels()) if q.layer in ("vllm", "ray")]
+    assert len(queries) >= 10
+
+    def empty() -> list[str]:
+        missing = []
+        for q in queries:
+            expr = q.expr.replace("$__rate_interval", "30s").replace("$replica", ".*").replace("$node", ".*")
+            answer = httpx.get(f"{prometheus.url}/api/v1/query", params={"query": expr}, timeout=5.0).json()
+            if answer["status"] != "success" or not answer["data"]["result"]:
+                missing.append(f"{q.title}: {expr}")
+        return missing
+
+    # Ray's agents report every 10 s: wait for every panel to have data.
+    answered = wait_until(lambda: not empty(), 45.0, 1.0)
+    assert answered is not None, empty()
+
+
+def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_own(
+    local_env: LocalEnvironment, prometheus: PrometheusRecord, tmp_path: Path
+) -> None:
+    """The environment's Prometheus evaluates inferchaos' alerting rules: at rest under the
+    canary's kind of traffic none is pending or firing; an engine hung under traffic (its
+    /health still 200) fires InferchaosEngineStalled for that replica, in the vllm layer."""
+    from inferchaos.faults.ledger import Ledger
+    from inferchaos.faults.vllm.hang import HangEngine
+
+    status = local_env.status()
+    every_up = wait_until(lambda: len(_up(prometheus.url, "ray")) >= 3 and len(_up(prometheus.url, VLLM_JOB)) >= 2, 30.0, 0.5)  # fmt: skip
+    assert every_up is not None
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            stream_completion(status.front_door.url, status.model.name, "alerts", max_tokens=8, timeout_s=5.0)
+            time.sleep(0.5)
+
+    worker = threading.Thread(target=traffic, daemon=True)
+    worker.start()
+    ledger, hang = Ledger(tmp_path / "ledger"), HangEngine()
+    try:
+        # Longer than every alert's hold (five scrapes) and its rate windows.
+        quiet_until = time.monotonic() + 20.0
+        while time.monotonic() < quiet_until:
+            noisy = _alerts(prometheus.url, "firing") + _alerts(prometheus.url, "pending")
+            assert not noisy, f"alerts on a healthy environment: {noisy}"
+            time.sleep(1.0)
+        handle = hang.inject(local_env, {"replica": "replica-0", "what": "engine"}, ledger)
+        try:
+            fired = wait_until(
+                lambda: [
+                    a
+                    for a in _alerts(prometheus.url, "firing")
+                    if a.get("alertname") == "InferchaosEngineStalled"
+                ],
+                45.0,
+                1.0,
+            )
+        finally:
+            hang.revert(local_env, handle, ledger)
+        assert fired, f"no InferchaosEngineStalled; firing: {_alerts(prometheus.url, 'firing')}"
+        assert [(a["replica"], a["layer"]) for a in fired] == [("replica-0", "vllm")]
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert ledger.is_empty()

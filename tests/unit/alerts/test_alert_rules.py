@@ -141,6 +141,19 @@ FIRING: Mapping[str, tuple[list[dict[str, str]], dict[str, str]]] = {
         ],
         {"replica": "replica-1"},
     ),
+    "InferchaosServeReplicaStuck": (
+        [
+            {
+                "series": 'ray_serve_replica_processing_queries{job="ray",deployment="vllm",replica="vllm#a"}',
+                "values": "0x40 2x40",
+            },
+            {
+                "series": 'ray_serve_deployment_request_counter_total{job="ray",deployment="vllm",replica="vllm#a"}',
+                "values": "0+3x40 120x40",
+            },
+        ],
+        {"deployment": "vllm", "replica": "vllm#a"},
+    ),
     "InferchaosReplicaSlowerThanPeers": (
         [
             {
