@@ -16,10 +16,10 @@ TORCH_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 GAMEDAY_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv gameday test test-unit test-integration lint bench clean env-down
+.PHONY: help venv packages gameday test test-unit test-integration lint bench clean env-down
 
 help:
-	@echo "make gameday   set up .venv and run the game day on the embedded local environment"
+	@echo "make gameday   set up .venv and the distribution packages, run the game day on the local environment"
 	@echo "make test      set up .venv and run unit + integration tests"
 	@echo "make lint      ruff, ruff format --check, import-linter, mypy, promtool check rules"
 	@echo "make bench     run the benchmarks under bench/"
@@ -42,10 +42,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import locust"
 	@touch $(STAMP)
 
-gameday: $(STAMP)
+# The distribution packages the default suite and the tests need (as root with apt-get; otherwise
+# one line each on what is missing and what will skip).
+packages:
+	@bash scripts/install-packages.sh
+
+gameday: $(STAMP) packages
 	$(BIN)/inferchaos gameday $(GAMEDAY_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) packages
 	$(BIN)/python -m pytest tests/unit -q -n 3 --dist loadfile $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/integration -q --durations=30 $(PYTEST_ARGS)
 
