@@ -19,7 +19,6 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -29,6 +28,7 @@ from inferchaos.experiments.suites import suite_paths
 from inferchaos.primitives.alert_rules import CLUSTER, Alert, AlertLabels, alerts
 from inferchaos.primitives.prometheus_api import PromRule, loaded_rules
 from inferchaos.primitives.vllm_metrics import OLDER_NAMES
+from inferchaos.urls import http_base_url
 
 logger = logging.getLogger(__name__)
 
@@ -158,29 +158,10 @@ def coverage(
 def prometheus_base_url(text: str) -> str:
     """``text`` as a Prometheus base URL (http or https, a host, an optional port and path
     prefix), without a trailing slash; ConfigError saying what is wrong otherwise."""
-
-    def refuse(problem: str) -> ConfigError:
-        return ConfigError(f"--prometheus: {problem}, got {text!r} (e.g. {EXAMPLE_URL})")
-
-    if any(c.isspace() or not c.isprintable() for c in text):
-        raise refuse("expected a URL without spaces or control characters")
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise refuse("expected an http:// or https:// URL")
-    if parts.username is not None or parts.password is not None:
-        # The messages name the URL; a password must not end up in them.
-        raise ConfigError(f"--prometheus: credentials in the URL are not supported (e.g. {EXAMPLE_URL})")
-    if not parts.hostname:
-        raise refuse("expected a host after the scheme")
     try:
-        port = parts.port
-    except ValueError as e:
-        raise refuse("the port must be a number from 1 to 65535") from e
-    if port == 0:
-        raise refuse("the port must be a number from 1 to 65535")
-    if parts.query or parts.fragment:
-        raise refuse("expected no query or fragment: the check adds its own path")
-    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+        return http_base_url(text, EXAMPLE_URL, "the check")
+    except ConfigError as e:
+        raise ConfigError(f"--prometheus: {e}") from e
 
 
 def suite_faults(suite: str) -> frozenset[str]:

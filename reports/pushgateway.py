@@ -17,14 +17,13 @@ from __future__ import annotations
 import http.client
 import logging
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from prometheus_client.exposition import push_to_gateway
 
-from inferchaos.errors import ConfigError
 from inferchaos.reports.errors import PushError
 from inferchaos.reports.load import VerdictRecord, load_run
 from inferchaos.reports.openmetrics import metrics_registry
+from inferchaos.urls import http_base_url
 
 logger = logging.getLogger(__name__)
 
@@ -36,37 +35,9 @@ EXAMPLE_URL = "http://127.0.0.1:9091"
 
 def pushgateway_url(text: str) -> str:
     """``text`` as a Pushgateway's base URL (http or https, a host, an optional port and path
-    prefix), without a trailing slash; ConfigError saying what is wrong otherwise.
-
-    Credentials in the URL are refused: they would end up in messages and logs, and
-    prometheus_client's default handler does not send them anyway.
-    """
-
-    def refuse(problem: str, shown: str = text) -> ConfigError:
-        return ConfigError(f"{problem}, got {shown!r} (e.g. {EXAMPLE_URL})")
-
-    if not text:
-        raise refuse("expected a URL")
-    if any(c.isspace() or not c.isprintable() for c in text):
-        raise refuse("expected a URL without spaces or control characters")
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise refuse("expected an http:// or https:// URL")
-    if parts.username is not None or parts.password is not None:
-        # Not even the refusal may print the password.
-        masked = text if parts.password is None else text.replace(f":{parts.password}@", ":***@", 1)
-        raise refuse("credentials in the URL are not supported", masked)
-    if not parts.hostname:
-        raise refuse("expected a host after the scheme")
-    try:
-        port = parts.port
-    except ValueError as e:
-        raise refuse("the port must be a number from 1 to 65535") from e
-    if port == 0:
-        raise refuse("the port must be a number from 1 to 65535")
-    if parts.query or parts.fragment or text.endswith(("?", "#")):
-        raise refuse("expected no query or fragment: the push adds its own path")
-    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+    prefix), without a trailing slash; ConfigError saying what is wrong otherwise. Credentials
+    in the URL are refused: prometheus_client's default handler would not send them anyway."""
+    return http_base_url(text, EXAMPLE_URL, "the push")
 
 
 def grouping_key(verdict: VerdictRecord) -> dict[str, str]:
