@@ -57,9 +57,7 @@ def test_each_scenario_ships_a_control_of_itself(scenario) -> None:  # type: ign
 SETTINGS = frozenset({"vllm.blind_health_check"})
 # Scenarios whose every control still holds the harness' own revert or breaks the fault's own
 # layer while it acts; each is named here until it ships one that breaks the platform.
-NOT_YET = frozenset(
-    {"kv_flood", "engine_death", "gpu_ledger_squat", "anti_affinity_pending", "k8s_node_loss"}
-)
+NOT_YET = frozenset({"gpu_ledger_squat", "anti_affinity_pending", "k8s_node_loss"})
 
 
 def _breaks_the_platform(path) -> bool:  # type: ignore[no-untyped-def]
