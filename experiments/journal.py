@@ -1,6 +1,6 @@
 """A Chaos Toolkit journal of an inferchaos run, in the shape chaoslib writes for `chaos run`.
 
-The mapping (README "Game days and experiments", the journal): the baseline SLOs are the
+The mapping (docs/experiments.md "Game days and experiments", the journal): the baseline SLOs are the
 ``before`` hypothesis, the during SLOs the one ``during`` hypothesis, the recovery SLOs the
 ``after`` hypothesis; each SLO is one probe (experiments/ctk_slo.py) whose output is the value
 observed. The fault's inject is ``run[0]``, its revert ``rollbacks[0]``. inferchaos' own

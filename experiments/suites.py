@@ -3,7 +3,7 @@
 A suite is either a built-in name (:data:`SUITES`) or a folder of experiment files, run in
 file-name order. The folder form is for real clusters: the built-in Kubernetes experiments
 name the kind environment (its namespace, Deployment and nodes), so a cluster runs copies
-made for it (README, "A safe game day on a real GPU cluster").
+made for it (docs/clusters.md, "A safe game day on a real GPU cluster").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The verdict of one run: what `verdict.json` holds (README "Game days and experiments").
+"""The verdict of one run: what `verdict.json` holds (docs/experiments.md "Game days and experiments").
 
-Status and exit code (README "Game days and experiments"): passed 0; failed 1 (an SLO breached, no recovery in time,
+Status and exit code (docs/experiments.md "Game days and experiments"): passed 0; failed 1 (an SLO breached, no recovery in time,
 or the fault never bit); aborted 1 (baseline not met or a stop condition fired, after
 rollback); error 2 (invalid input or environment error, nothing injected); skipped 0 (the host
 lacks what the fault needs, errors.Unsupported; nothing touched; `--strict` makes it 2);

@@ -2,7 +2,7 @@
 
 Every error the suite raises on purpose derives from :class:`InferchaosError`, and each one
 chains its cause (``raise ... from e``) so a user sees both what inferchaos was doing and why
-it failed. The CLI maps the tree onto exit codes (README, "Game days and experiments"): invalid input and environment
+it failed. The CLI maps the tree onto exit codes (docs/experiments.md, "Game days and experiments"): invalid input and environment
 errors exit 2 before anything is injected.
 """
 

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class Status(StrEnum):
-    """verdict.json ``status`` (the run folder, README "Game days and experiments")."""
+    """verdict.json ``status`` (the run folder, docs/experiments.md "Game days and experiments")."""
 
     PASSED = "passed"
     FAILED = "failed"

@@ -11,7 +11,7 @@ class ReportError(InferchaosError):
     The message names the file, so a user knows which recording to look at.
     """
 
-    # Invalid input (exit codes: README "Game days and experiments"): nothing was injected by rendering a report.
+    # Invalid input (exit codes: docs/experiments.md "Game days and experiments"): nothing was injected by rendering a report.
     exit_code = 2
 
 

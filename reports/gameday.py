@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 # summary.json's own version, for a reader to check before it trusts the keys.
 SUMMARY_SCHEMA = 1
-# The words of a day's exit code (README "Game days and experiments").
+# The words of a day's exit code (docs/experiments.md "Game days and experiments").
 DAY_OUTCOMES: dict[int, str] = {0: "passed", 1: "failed", 2: "error", 130: "interrupted"}
 NOT_RUN = "not run: the game day was interrupted before it"
 

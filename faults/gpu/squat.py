@@ -69,7 +69,7 @@ from inferchaos.primitives.replica_slots import ReplicaRecord, read_records, rep
 logger = logging.getLogger(__name__)
 
 NAME = "device.squat_device_memory"
-# What a local replica holds at rest (README "What it needs": three processes of about 0.65 GB).
+# What a local replica holds at rest (docs/local-environment.md "What it needs": three processes of about 0.65 GB).
 DEFAULT_REPLICA_NEED_BYTES = 1_900_000_000
 DEFAULT_FAIL_WITHIN_S = 60.0
 # Room for the squatter's own interpreter beside its bytes inside the budget.

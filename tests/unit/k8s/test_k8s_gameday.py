@@ -74,7 +74,7 @@ def config(fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], t
 
 
 def _cluster_copies(folder: Path, edits: dict[str, Any] | None = None) -> Path:
-    """The k8s suite copied for a cluster (README: environment.name: cluster), with short windows.
+    """The k8s suite copied for a cluster (docs/clusters.md: environment.name: cluster), with short windows.
 
     ``edits`` maps an experiment name to a function changing its mapping before it is written.
     """

@@ -1,4 +1,4 @@
-"""Exit codes (README "Game days and experiments"): 0 passed (or skipped); 1 failed or aborted; 2 invalid input or environment error; 130 interrupted."""
+"""Exit codes (docs/experiments.md "Game days and experiments"): 0 passed (or skipped); 1 failed or aborted; 2 invalid input or environment error; 130 interrupted."""
 
 from __future__ import annotations
 

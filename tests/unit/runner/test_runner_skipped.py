@@ -1,4 +1,4 @@
-"""A scenario this host cannot hold is skipped, not failed (README "Game days and experiments").
+"""A scenario this host cannot hold is skipped, not failed (docs/experiments.md "Game days and experiments").
 
 Through the real CLI: a host without cgroups (INFERCHAOS_CGROUP_ROOT at an empty folder) has no
 replica memory budgets, so the real gpu_memory_squat experiment's fault refuses in its plan

@@ -1,0 +1,49 @@
+"""The generated references (docs/faults.md, docs/cli.md) match the code they are generated from.
+
+scripts/gen_docs.py writes them from the fault registry and the click commands; `make lint` runs
+its --check, and this test runs the same check in-process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "scripts" / "gen_docs.py"
+
+
+def gen_docs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("inferchaos_gen_docs", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_docs_are_current() -> None:
+    module = gen_docs()
+    assert module.stale() == [], f"run {module.REGENERATE}"
+
+
+def test_the_check_names_each_stale_file_and_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = gen_docs()
+    texts = module.generated()
+    assert texts == module.generated(), "the output must not change from one run to the next"
+    assert sorted(module.write(tmp_path, texts)) == [module.CLI_MD, module.FAULTS_MD]
+    (tmp_path / module.CLI_MD).write_text("# CLI reference\n", encoding="utf-8")
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "generated", lambda: texts)
+
+    assert module.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"gen_docs: stale: {module.CLI_MD}; run {module.REGENERATE}\n"
+
+    assert module.main([]) == 0
+    assert module.main(["--check"]) == 0
