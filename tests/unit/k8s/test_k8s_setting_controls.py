@@ -1,0 +1,54 @@
+"""The Kubernetes scenarios' controls that set a real platform setting wrong (a stray NoSchedule
+taint on every GPU node), run against the fake API server and its simulated control plane: the
+scenario FAILS, names the Kubernetes layer, and leaves the cluster as it found it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferchaos.experiments.controls import load_control
+from inferchaos.experiments.probes import k8s_probe_of
+from inferchaos.experiments.runner import Runner, RunOptions
+from inferchaos.faults.ledger import Ledger
+from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.canary import CanaryPace
+from tests.fakes.apiserver import FakeApiServer, FakeCluster
+from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
+from tests.fakes.runner import FakeProbeFactory, World
+
+
+@pytest.mark.parametrize("name", ["k8s_node_loss"])
+def test_a_stray_taint_on_the_gpu_nodes_fails_the_scenario_in_the_k8s_layer(
+    name: str, fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], tmp_path: Path
+) -> None:
+    cluster, runtime = world_cluster
+    before = k8s_state(cluster)
+    _, config = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
+                               "http://127.0.0.1:1", runtime)  # fmt: skip
+    env = ClusterWithFakeRay(config)
+    control = load_control(EXPERIMENTS / "controls" / f"{name}.gpu_nodes_tainted.yaml")
+    spec = control.scenario
+    # The fake control plane heals in seconds: short windows, as the game day test uses.
+    spec = replace(spec, baseline_s=1.5, fault=replace(spec.fault, duration_s=4.0))
+    if spec.slos.recovery is not None:
+        spec = replace(spec, slos=replace(spec.slos, recovery=replace(spec.slos.recovery, within_s=6.0)))
+    control = replace(control, scenario=spec)
+    fakes = FakeProbeFactory(World())
+
+    def probes(environment: Any, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], Any]:
+        built, canary = fakes(environment, pace, named)
+        return [*built, k8s_probe_of(environment)], canary
+
+    options = RunOptions(interval_s=0.25, run_dir=tmp_path / "run", control=control)
+    verdict = Runner(spec, env, options, None, probes).run().to_dict()
+    env.close()
+
+    assert verdict["status"] == "failed", verdict["reason"]
+    assert verdict["triage"]["layer"] == "k8s", verdict["triage"]
+    assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
+    assert Ledger().entries() == []
+    assert k8s_state(cluster) == before
