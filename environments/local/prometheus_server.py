@@ -97,7 +97,8 @@ def local_alert_labels(interval_s: float = SCRAPE_INTERVAL_S) -> AlertLabels:
         node_label="node",
         hold_s=5.0 * interval_s,
         trend_s=60.0 * interval_s,
-        ray_window_s=30.0,
+        stall_window_s=15.0,
+        link_window_s=15.0,
     )
 
 

@@ -31,7 +31,6 @@ from inferchaos.primitives.vllm_metrics import (
     KV_USAGE,
     OLDER_NAMES,
     PREEMPTIONS,
-    RUNNING,
     TTFT,
     WAITING,
 )
@@ -49,10 +48,11 @@ SLOWER_THAN_PEERS = 4.0
 SLOW_FLOOR_S = 0.5
 # Device memory in use on a GPU no Pod holds, in MiB (DCGM's unit): more than a driver's own.
 SQUAT_MIB = 1024
-# A Ray node whose metrics agent takes this many times the quickest node's scrape, and at least
-# LINK_FLOOR_S, sits behind a slow link: a scrape is a round trip or more over it.
+# A Ray node whose metrics agent never answered a scrape in under LINK_FLOOR_S over a while, and
+# took this many times the quickest node's, sits behind a slow link: a scrape is a round trip or
+# more over it.
 SLOWER_LINK = 5.0
-LINK_FLOOR_S = 0.1
+LINK_FLOOR_S = 0.15
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,11 @@ class AlertLabels:
     node_label: str = "instance"
     hold_s: float = 60.0
     trend_s: float = 600.0
-    # The rate window of Ray's own counters: its agents report every 10 s
-    # (metrics_report_interval_ms), so a window must hold several reports.
-    ray_window_s: float = 60.0
+    # How long a replica must generate nothing, while Serve holds requests, to be stalled: long
+    # enough that the router cannot have passed it over by chance, and longer than Ray's report.
+    stall_window_s: float = 300.0
+    # How long a node's scrapes must all be slow for its link to be: longer than a busy spell.
+    link_window_s: float = 120.0
 
     def ray(self, metric: str, *extra: str) -> str:
         inner = ",".join(m for m in (self.ray_matchers, *extra) if m)
@@ -120,8 +122,6 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     kv_matcher = '__name__=~"vllm:(' + kv + ')"'
     kv_usage = f"max by ({by}) ({v.selector('', kv_matcher)})"
     waiting = f"sum by ({by}) ({v.selector(WAITING)})"
-    running = f"sum by ({by}) ({v.selector(RUNNING)})"
-    tokens = f"sum by ({by}) (rate({v.selector(GENERATION_TOKENS)}[{window}]))"
     preempting = f"sum by ({by}) (rate({v.selector(PREEMPTIONS)}[{window}]))"
     ttft = next(r.record for r in v.recording_rules() if r.key == "vllm.ttft_p95_s")
     pending_pgs = "sum(" + labels.ray("ray_gcs_placement_group_count", 'State=~"Pending|Infeasible"') + ")"
@@ -132,10 +132,15 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     waiting_work = f"{pending_tasks} > 0 or {pending_pgs} > 0 or {pending_actors} > 0"
     nodes = f"sum({labels.ray('ray_cluster_active_nodes')})"
     node = labels.node_label
-    ray_window = promql_duration(labels.ray_window_s)
-    # OpenTelemetry's Prometheus exporter (Ray's default) names a counter with _total; older Rays do not.
-    served = labels.ray("", '__name__=~"ray_serve_deployment_request_counter(_total)?"')
-    scrape = f"max by ({node}) ({labels.ray('scrape_duration_seconds')})"
+    # A hung engine freezes every vLLM series where it stood (requests running included), so it
+    # shows as a replica generating nothing for a while when the deployment has traffic.
+    stall_window = promql_duration(labels.stall_window_s)
+    stalled = f"sum by ({by}) (rate({v.selector(GENERATION_TOKENS)}[{stall_window}]))"
+    # Requests Serve's replicas hold now: traffic that a replica generating nothing cannot be idle
+    # for (it reports every 10 s, within the stall window, so stopped traffic clears it first).
+    in_flight = labels.ray("ray_serve_replica_processing_queries")
+    # A busy node's scrape is slow now and then; one behind a slow link is never quick.
+    scrape = f"max by ({node}) (min_over_time({labels.ray('scrape_duration_seconds')}[{promql_duration(labels.link_window_s)}]))"
     return (
         Alert(
             f"{PREFIX}KVCacheFull", "vllm", "warning",
@@ -146,17 +151,10 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
         ),
         Alert(
             f"{PREFIX}EngineStalled", "vllm", "critical",
-            f"{running} > 0 and on ({by}) {tokens} == 0",
-            f"{{{{ $labels.{by} }}}}: requests running, no token generated (a hung engine answers /health)",
-            "engine_hang", (RUNNING, GENERATION_TOKENS), ("vllm.hang_engine",),
-        ),
-        Alert(
-            f"{PREFIX}ServeReplicaStuck", "vllm", "critical",
-            f"max by (deployment, replica) ({labels.ray('ray_serve_replica_processing_queries')}) > 0"
-            f" and on (deployment, replica) sum by (deployment, replica) (rate({served}[{ray_window}])) == 0",
-            "Serve replica {{ $labels.replica }} of {{ $labels.deployment }}: requests in flight, none completed "
-            "(its engine hangs while /health answers)",
-            "engine_hang", ("ray_serve_replica_processing_queries",), ("vllm.hang_engine",),
+            f"{stalled} == 0 and on () sum({in_flight}) > 0",
+            f"{{{{ $labels.{by} }}}}: no token generated for {stall_window} while Serve has requests in flight "
+            "(a hung engine answers /health)",
+            "engine_hang", (GENERATION_TOKENS,), ("vllm.hang_engine",),
         ),
         Alert(
             f"{PREFIX}ReplicaSlowerThanPeers", "vllm", "warning",
@@ -221,7 +219,7 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
         Alert(
             f"{PREFIX}WorkerLinkSlow", "network", "warning",
             f"{scrape} > on () group_left () ({SLOWER_LINK:g} * min({scrape})) and {scrape} > {LINK_FLOOR_S:g}",
-            f"{{{{ $labels.{node} }}}}: scraping its metrics agent takes {SLOWER_LINK:g}x the quickest node's",
+            f"{{{{ $labels.{node} }}}}: every scrape of its metrics agent takes {SLOWER_LINK:g}x the quickest node's",
             "slow_link", ("scrape_duration_seconds",), ("network.degrade_link",),
         ),
         Alert(

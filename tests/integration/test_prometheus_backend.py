@@ -369,9 +369,9 @@ def test_the_dashboards_vllm_and_ray_queries_return_data_from_the_real_prometheu
 def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_own(
     local_env: LocalEnvironment, prometheus: PrometheusRecord, tmp_path: Path
 ) -> None:
-    """The environment's Prometheus evaluates inferchaos' alerting rules: at rest under the
-    canary's kind of traffic none is pending or firing; an engine hung under traffic (its
-    /health still 200) fires InferchaosEngineStalled for that replica, in the vllm layer."""
+    """The environment's Prometheus evaluates inferchaos' alerting rules: under the canary's kind
+    of traffic none is pending or firing; an engine hung under traffic (its /health still 200)
+    fires InferchaosEngineStalled for that replica alone, in the vllm layer."""
     from inferchaos.faults.ledger import Ledger
     from inferchaos.faults.vllm.hang import HangEngine
 
@@ -383,13 +383,24 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
     def traffic() -> None:
         while not stop.is_set():
             stream_completion(status.front_door.url, status.model.name, "alerts", max_tokens=8, timeout_s=5.0)
-            time.sleep(0.5)
+            time.sleep(0.3)
 
-    worker = threading.Thread(target=traffic, daemon=True)
-    worker.start()
+    # Three clients, as the canary keeps several requests in flight: the healthy replica keeps
+    # generating while requests wait on the hung one.
+    workers = [threading.Thread(target=traffic, daemon=True) for _ in range(3)]
+    for worker in workers:
+        worker.start()
     ledger, hang = Ledger(tmp_path / "ledger"), HangEngine()
     try:
-        # Longer than every alert's hold (five scrapes) and its rate windows.
+        # A Prometheus that just started has not scraped Ray's agents yet: its absence alerts
+        # (the GCS, the Serve controller) fire until Ray's first report, up to 10 s on.
+        settled = wait_until(
+            lambda: not _alerts(prometheus.url, "firing") + _alerts(prometheus.url, "pending"), 60.0, 1.0
+        )
+        assert settled is not None, (
+            f"alerts never cleared after start-up: {_alerts(prometheus.url, 'firing')}"
+        )
+        # Longer than every alert's hold (five scrapes) and its windows (15 s).
         quiet_until = time.monotonic() + 20.0
         while time.monotonic() < quiet_until:
             noisy = _alerts(prometheus.url, "firing") + _alerts(prometheus.url, "pending")
@@ -412,5 +423,6 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
         assert [(a["replica"], a["layer"]) for a in fired] == [("replica-0", "vllm")]
     finally:
         stop.set()
-        worker.join(timeout=30)
+        for worker in workers:
+            worker.join(timeout=30)
     assert ledger.is_empty()

@@ -133,26 +133,17 @@ FIRING: Mapping[str, tuple[list[dict[str, str]], dict[str, str]]] = {
     ),
     "InferchaosEngineStalled": (
         [
-            {"series": 'vllm:num_requests_running{job="vllm",replica="replica-1"}', "values": "1x30"},
+            {"series": 'vllm:generation_tokens_total{job="vllm",replica="replica-0"}', "values": "0+20x60"},
             {
                 "series": 'vllm:generation_tokens_total{job="vllm",replica="replica-1"}',
-                "values": "0+20x5 100x25",
+                "values": "0+20x30 600x30",
+            },
+            {
+                "series": 'ray_serve_replica_processing_queries{job="ray",deployment="vllm",replica="a"}',
+                "values": "1x60",
             },
         ],
         {"replica": "replica-1"},
-    ),
-    "InferchaosServeReplicaStuck": (
-        [
-            {
-                "series": 'ray_serve_replica_processing_queries{job="ray",deployment="vllm",replica="vllm#a"}',
-                "values": "0x40 2x40",
-            },
-            {
-                "series": 'ray_serve_deployment_request_counter_total{job="ray",deployment="vllm",replica="vllm#a"}',
-                "values": "0+3x40 120x40",
-            },
-        ],
-        {"deployment": "vllm", "replica": "vllm#a"},
     ),
     "InferchaosReplicaSlowerThanPeers": (
         [
