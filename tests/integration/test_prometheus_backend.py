@@ -407,19 +407,23 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
             assert not noisy, f"alerts on a healthy environment: {noisy}"
             time.sleep(1.0)
         handle = hang.inject(local_env, {"replica": "replica-0", "what": "engine"}, ledger)
+        fired: list[dict[str, str]] = []
+
+        def stalled() -> bool:
+            # wait_until returns when the check held: the alerts are kept here.
+            fired[:] = [
+                a
+                for a in _alerts(prometheus.url, "firing")
+                if a.get("alertname") == "InferchaosEngineStalled"
+            ]
+            return bool(fired)
+
         try:
-            fired = wait_until(
-                lambda: [
-                    a
-                    for a in _alerts(prometheus.url, "firing")
-                    if a.get("alertname") == "InferchaosEngineStalled"
-                ],
-                45.0,
-                1.0,
-            )
+            waited = wait_until(stalled, 45.0, 1.0)
         finally:
             hang.revert(local_env, handle, ledger)
-        assert fired, f"no InferchaosEngineStalled; firing: {_alerts(prometheus.url, 'firing')}"
+        assert waited is not None, f"no InferchaosEngineStalled; firing: {_alerts(prometheus.url, 'firing')}"
+        print(f"InferchaosEngineStalled fired {waited - handle.injected_at:.1f} s into the hang")
         assert [(a["replica"], a["layer"]) for a in fired] == [("replica-0", "vllm")]
     finally:
         stop.set()
