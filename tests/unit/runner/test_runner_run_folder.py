@@ -97,7 +97,7 @@ def test_verdict_json_has_the_design_keys(passed_run: RunResult) -> None:
     detection = verdict["detection"]
     assert detection[0]["layer"] == "inferchaos" and detection[0]["signal"] == "inferchaos.slo_or_detector"
     for entry in detection:
-        assert set(entry) == {"layer", "signal", "noticed_after_s", "at", "detail"}, entry
+        assert set(entry) == {"layer", "signal", "noticed_after_s", "at", "detail", "lead_s"}, entry
 
 
 def test_secrets_never_reach_the_run_folder(passed_run: RunResult) -> None:
