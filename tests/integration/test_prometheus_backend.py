@@ -9,16 +9,13 @@ Prometheus lie between two direct reads taken one scrape interval apart, under t
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
 import httpx
 import pytest
@@ -51,6 +48,7 @@ from inferchaos.steady_state.prometheus_vllm import (
 )
 from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.vllm import VllmProbe
+from tests.scripts import load_script
 
 pytestmark = [pytest.mark.integration, needs_prometheus]
 
@@ -326,16 +324,6 @@ def _alerts(url: str, state: str) -> list[dict[str, str]]:
     return [r["metric"] for r in answer.json()["data"]["result"]]
 
 
-def _dashboard() -> ModuleType:
-    path = Path(__file__).parents[2] / "deploy" / "grafana" / "dashboard.py"
-    spec = importlib.util.spec_from_file_location("inferchaos_dashboard", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_dashboards_vllm_and_ray_queries_return_data_from_the_real_prometheus(
     local_env: LocalEnvironment, prometheus: PrometheusRecord
 ) -> None:
@@ -348,7 +336,7 @@ def test_the_dashboards_vllm_and_ray_queries_return_data_from_the_real_prometheu
     assert every_up is not None
     for _ in range(6):
         stream_completion(status.front_door.url, status.model.name, "dashboards", max_tokens=8)
-    dashboard = _dashboard()
+    dashboard = load_script("deploy/grafana/dashboard.py")
     queries = [q for q in dashboard.queries(local_alert_labels()) if q.layer in ("vllm", "ray")]
     assert len(queries) >= 10
 

@@ -6,23 +6,16 @@ its --check, and this test runs the same check in-process.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "gen_docs.py"
+from tests.scripts import load_script
 
 
 def gen_docs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("inferchaos_gen_docs", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gen_docs.py")
 
 
 def test_the_generated_docs_are_current() -> None:

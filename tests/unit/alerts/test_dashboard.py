@@ -3,29 +3,22 @@ builder library, its queries valid PromQL for the real promtool."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import yaml
 
+from tests.scripts import load_script
 from tests.skips import needs_package
 
 GRAFANA = Path(__file__).parents[3] / "deploy" / "grafana"
 
 
 def source() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("inferchaos_dashboard", GRAFANA / "dashboard.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Its dataclasses look their module up by name.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("deploy/grafana/dashboard.py")
 
 
 def test_the_shipped_dashboard_is_the_generated_one() -> None:
