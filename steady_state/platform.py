@@ -43,7 +43,7 @@ from inferchaos.steady_state.evaluation import (
 )
 from inferchaos.steady_state.slo import BaselineScale, Op, Phase, RecoverySpec, Slo, SloSpec
 from inferchaos.steady_state.timeline import Row, Timeline
-from inferchaos.steady_state.triage import RULES, Match, TriageResult, match_rule, triage
+from inferchaos.steady_state.triage import RULES, Match, Rule, TriageResult, match_rule, triage
 
 logger = logging.getLogger(__name__)
 
@@ -625,10 +625,19 @@ def triage_failure(
     for name, t in timeline.marks.items():
         view.mark(name, t)
     start, end = failure.at - 1.0, failure.at + TRIAGE_LOOKAHEAD_S
+    first = timeline.rows[0].t if timeline.rows else start
+
+    def since(rule: Rule) -> float:
+        # A link that has crawled since before the failure still carries the replica's
+        # requests: standing is no excuse for it (slow_link's control slows the other link
+        # before the fault, and its replica stops answering only in recovery). The fault's
+        # own link is left out by ``fault_symptoms``.
+        return first if rule.layer is Layer.NETWORK else start
+
     matches = [
         m
         for rule in RULES
-        if (m := match_rule(rule, view, start, end, start, thresholds))
+        if (m := match_rule(rule, view, start, end, since(rule), thresholds))
         and not any(symptom.explains(m) for symptom in fault_symptoms)
     ]
     order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}

@@ -414,3 +414,27 @@ def test_a_replica_allowed_unread_is_still_judged_by_its_users_requests(synth: S
     assert "platform.replica-1.answers_during" in names
     with pytest.raises(ConfigError, match=r"^platform\.allows\.unread: must be a list of replica names"):
         ensure_platform_is_valid({"allows": {"unread": "replica-0"}})
+
+
+def test_a_link_slowed_since_before_the_fault_answers_for_a_replica_that_fails_after_it(synth: Synth) -> None:
+    """slow_link's control: the fault slows node-a's link from +10 to +30; node-b's link, under
+    replica-1, was slowed at +8 and stays slow to the end. replica-1 stops answering its 0.8 s
+    reads only in recovery. The slow link under it has stood since before the fault, so it is
+    the cause, not a standing condition to leave out, and not replica-1's own engine."""
+    n = END + 1
+    links = [
+        *synth.rows("network.handshake_rtt_s", [0.5 if 10 <= t < 30 else 0.0005 for t in range(n)],
+                    labels={"node": "node-a"}),
+        *synth.rows("network.handshake_rtt_s", [0.5 if t >= 8 else 0.0005 for t in range(n)],
+                    labels={"node": "node-b"}),
+    ]  # fmt: skip
+    unanswered = synth.error_rows("vllm@replica-1", range(31, 50), "TimeoutError: no answer within 0.8 s",
+                                  labels={"replica": "replica-1"})  # fmt: skip
+    timeline = synth.timeline(canary_rows(synth, healthy), platform_rows(synth), links, unanswered, **MARKS)
+    symptoms = fault_symptoms(timeline, "network", synth.t0 + 10, synth.t0 + 35, {}, None)
+    assert symptoms and all(s.labels == {"node": "node-a"} for s in symptoms)
+    failure = PlatformFailure(
+        "platform.replica-1.answers_after", "recovery", "replica-1", synth.t0 + 31, "no answer"
+    )
+    result = triage_failure(timeline, failure, {}, symptoms)
+    assert (result.layer, result.evidence["labels"]) == ("network", {"node": "node-b"}), result
