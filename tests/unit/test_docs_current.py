@@ -6,6 +6,7 @@ its --check, and this test runs the same check in-process.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from types import ModuleType
 
@@ -20,7 +21,19 @@ def gen_docs() -> ModuleType:
 
 def test_the_generated_docs_are_current() -> None:
     module = gen_docs()
-    assert module.stale() == [], f"run {module.REGENERATE}"
+    texts = module.generated()
+    stale = module.stale(texts=texts)
+    diff = "".join(
+        line
+        for relative in stale
+        for line in difflib.unified_diff(
+            (module.ROOT / relative).read_text(encoding="utf-8").splitlines(keepends=True),
+            texts[relative].splitlines(keepends=True),
+            relative,
+            "generated",
+        )
+    )
+    assert stale == [], f"run {module.REGENERATE}\n{diff[:3000]}"
 
 
 def test_the_check_names_each_stale_file_and_the_command(
