@@ -8,8 +8,12 @@ cluster where neither is reachable from where the suite runs, Prometheus often i
 
 What they give, read against the state API on Ray 2.60 (tests/integration/test_prometheus_backend.py):
 
-- ``ray.nodes_alive``: ``ray_cluster_active_nodes`` (the monitor's count per node type, from
-  the GCS); Ray's metrics have no count of DEAD nodes, so ``ray.nodes_dead`` is not read;
+- ``ray.nodes_alive``: ``ray_local_resource_view_node_count``, the most nodes any live raylet's
+  view of the cluster holds (the GCS syncs it; a lost node's own series go stale). Not
+  ``ray_cluster_active_nodes``: a cluster without an autoscaler (the local one, KubeRay without
+  one) reports it per node, as a gauge that keeps a lost node's last 1;
+- ``ray.nodes_dead``: ``ray_node_failure_total``, the GCS's count of nodes it declared dead.
+  Like every Ray counter it is exported from its first increment on, so none is 0;
 - ``ray.gpus_*``, ``ray.cpus_*``: ``ray_resources`` per node and state (USED, AVAILABLE);
 - ``ray.actors{state,class}``, ``ray.actors_alive{class}``: ``ray_actors`` as the GCS counts
   them (``Source="gcs"``; the workers' own series split ALIVE into IDLE and RUNNING_TASKS),
@@ -35,12 +39,13 @@ import httpx
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
 from inferchaos.primitives.prometheus_api import PromSeries, finite
+from inferchaos.primitives.ray_metrics import NODE_FAILURES, NODE_VIEW
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_queries import PromQueries
 
 logger = logging.getLogger(__name__)
 
-NODES, RESOURCES, ACTORS, TASKS, PGS = "nodes", "resources", "actors", "tasks", "pgs"
+NODES, DEAD, RESOURCES, ACTORS, TASKS, PGS = "nodes", "dead", "resources", "actors", "tasks", "pgs"
 # The placement-group states of ray_gcs_placement_group_count that the state API calls PENDING.
 PENDING_PG_STATES = ("Pending", "Infeasible")
 # Task states that are history, as steady_state/ray.py leaves them out.
@@ -64,7 +69,8 @@ class PromRaySelector:
         actors = self.selector("ray_actors", 'Source="gcs"', 'State!="DEAD"')
         tasks = self.selector("ray_tasks", f'State!~"{history}"')
         return {
-            NODES: f"sum({self.selector('ray_cluster_active_nodes')})",
+            NODES: f"max({self.selector(NODE_VIEW)})",
+            DEAD: f"sum({self.selector(NODE_FAILURES)})",
             RESOURCES: f"sum by (Name, State) ({resources})",
             ACTORS: f"sum by (Name, State) ({actors})",
             TASKS: f"sum by (State) ({tasks})",
@@ -80,7 +86,7 @@ def ray_samples_of(results: Mapping[str, list[PromSeries]]) -> list[Sample]:
     """
     nodes = finite(results.get(NODES, []))
     if not nodes:
-        raise ProbeError("Prometheus has no ray_cluster_active_nodes for the cluster (not scraped yet?)")
+        raise ProbeError(f"Prometheus has no {NODE_VIEW} for the cluster (not scraped yet?)")
     resources = {
         (s.labels.get("Name", ""), s.labels.get("State", "")): s.value
         for s in finite(results.get(RESOURCES, []))
@@ -98,6 +104,7 @@ def ray_samples_of(results: Mapping[str, list[PromSeries]]) -> list[Sample]:
     )
     samples = [
         Sample("ray.nodes_alive", nodes[0].value),
+        Sample("ray.nodes_dead", sum(s.value for s in finite(results.get(DEAD, [])))),
         Sample("ray.gpus_total", resource("GPU", both)),
         Sample("ray.gpus_available", resource("GPU", ("AVAILABLE",))),
         Sample("ray.cpus_total", resource("CPU", both)),

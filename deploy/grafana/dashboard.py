@@ -21,6 +21,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
 from inferchaos.primitives.alert_rules import CLUSTER, PREFIX, AlertLabels
+from inferchaos.primitives.ray_metrics import NODE_VIEW
 from inferchaos.primitives.vllm_metrics import (
     GENERATION_TOKENS,
     KV_USAGE,
@@ -65,7 +66,7 @@ def queries(labels: AlertLabels) -> tuple[Query, ...]:
         Query("vllm", "Time to first token, p95",
               f"histogram_quantile(0.95, sum by ({by}, le) (rate({TTFT}_bucket{{{selected}}}[{rate}])))", per, "s"),
         Query("vllm", "Preemptions per second", f"sum by ({by}) (rate({PREEMPTIONS}{{{selected}}}[{rate}]))", per),
-        Query("ray", "Ray nodes alive", f"sum({labels.ray('ray_cluster_active_nodes')})", "alive"),
+        Query("ray", "Ray nodes alive", f"max({labels.ray(NODE_VIEW)})", "alive"),
         Query("ray", "GPUs by state", f"sum by (State) ({gpus})", "{{State}}"),
         Query("ray", "Placement groups by state", f"sum by (State) ({labels.ray('ray_gcs_placement_group_count')})",
               "{{State}}"),

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from inferchaos.primitives.prometheus_api import promql_duration
+from inferchaos.primitives.ray_metrics import ACTIVE_NODES, NODE_FAILURES
 from inferchaos.primitives.vllm_metrics import (
     GENERATION_TOKENS,
     KV_USAGE,
@@ -75,6 +76,13 @@ class AlertLabels:
     stall_window_s: float = 300.0
     # How long a node's scrapes must all be slow for its link to be: longer than a busy spell.
     link_window_s: float = 120.0
+    # The stretch over which a KV cache that filled and requests that waited count as one flood:
+    # a flood's requests finish and are replaced, so the cache saws between half and full and the
+    # queue empties for a read or two (a recorded kv_flood never held both for 5 s at once).
+    pressure_window_s: float = 120.0
+    # How long an alert on an event (a node declared dead) fires after it: long enough to be
+    # seen, short enough not to fire on into the next game-day scenario.
+    event_window_s: float = 300.0
 
     def ray(self, metric: str, *extra: str) -> str:
         inner = ",".join(m for m in (self.ray_matchers, *extra) if m)
@@ -102,13 +110,16 @@ class Alert:
     reads: tuple[str, ...] = field(default_factory=tuple)
     # The suite's faults whose signature this is (``<layer>.<verb>``).
     faults: tuple[str, ...] = field(default_factory=tuple)
+    # False for an event that cannot flap (a counter Ray raises once it has declared a node
+    # dead, after its own health checks): its rule fires at once, ``for: 0s``.
+    holds: bool = True
 
     def rule(self, hold_s: float) -> dict[str, Any]:
         """The rule as a Prometheus rules file holds it."""
         return {
             "alert": self.name,
             "expr": self.expr,
-            "for": promql_duration(hold_s),
+            "for": promql_duration(hold_s if self.holds else 0.0),
             "labels": {"severity": self.severity, "layer": self.layer},
             "annotations": {"summary": self.summary, "signature": self.signature},
         }
@@ -120,8 +131,9 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     window, trend = promql_duration(v.window_s), promql_duration(labels.trend_s)
     kv = "|".join(name.removeprefix("vllm:") for name in (KV_USAGE, *OLDER_NAMES[KV_USAGE]))
     kv_matcher = '__name__=~"vllm:(' + kv + ')"'
-    kv_usage = f"max by ({by}) ({v.selector('', kv_matcher)})"
-    waiting = f"sum by ({by}) ({v.selector(WAITING)})"
+    pressure = promql_duration(labels.pressure_window_s)
+    kv_peak = f"max by ({by}) (max_over_time({v.selector('', kv_matcher)}[{pressure}]))"
+    waited = f"max by ({by}) (max_over_time({v.selector(WAITING)}[{pressure}]))"
     preempting = f"sum by ({by}) (rate({v.selector(PREEMPTIONS)}[{window}]))"
     ttft = next(r.record for r in v.recording_rules() if r.key == "vllm.ttft_p95_s")
     pending_pgs = "sum(" + labels.ray("ray_gcs_placement_group_count", 'State=~"Pending|Infeasible"') + ")"
@@ -130,7 +142,10 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     pending_tasks = "sum(" + labels.ray("ray_tasks", 'State="PENDING_NODE_ASSIGNMENT"') + ")"
     pending_actors = "sum(" + labels.ray("ray_actors", 'Source="gcs"', 'State="PENDING_CREATION"') + ")"
     waiting_work = f"{pending_tasks} > 0 or {pending_pgs} > 0 or {pending_actors} > 0"
-    nodes = f"sum({labels.ray('ray_cluster_active_nodes')})"
+    # Not the monitor's count of active nodes: without an autoscaler it keeps a lost node's 1.
+    failures = f"sum({labels.ray(NODE_FAILURES)})"
+    event = promql_duration(labels.event_window_s)
+    failures_before = f"sum({labels.ray(NODE_FAILURES)} offset {event})"
     node = labels.node_label
     # A hung engine freezes every vLLM series where it stood (requests running included), so it
     # shows as a replica generating nothing for a while when the deployment has traffic.
@@ -144,9 +159,9 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     return (
         Alert(
             f"{PREFIX}KVCacheFull", "vllm", "warning",
-            f"({kv_usage} >= {KV_FULL:g} and on ({by}) {waiting} > 0)"
-            f" or ({preempting} > 0 and on ({by}) {waiting} > 0)",
-            f"{{{{ $labels.{by} }}}}: KV cache {KV_FULL:.0%} full or preempting while requests wait",
+            f"({kv_peak} >= {KV_FULL:g} or {preempting} > 0) and on ({by}) {waited} > 0",
+            f"{{{{ $labels.{by} }}}}: KV cache {KV_FULL:.0%} full or preempting while requests wait "
+            f"(within {pressure})",
             "kv_cache_flood", (KV_USAGE, WAITING, PREEMPTIONS), ("vllm.flood_kv_cache",),
         ),
         Alert(
@@ -182,15 +197,15 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
         ),
         Alert(
             f"{PREFIX}RayNodeLost", "ray", "critical",
-            f"{nodes} < max_over_time({nodes}[{trend}:])",
-            f"fewer Ray nodes alive than in the last {trend}",
-            "node_loss", ("ray_cluster_active_nodes",), ("ray.kill_node",),
+            f"{failures} - ({failures_before} or vector(0)) > 0",
+            f"the GCS declared a Ray node dead in the last {event}",
+            "node_loss", (NODE_FAILURES,), ("ray.kill_node",), holds=False,
         ),
         Alert(
             f"{PREFIX}GcsGone", "ray", "critical",
-            f"absent_over_time({labels.ray('ray_cluster_active_nodes')}[{window}])",
+            f"absent_over_time({labels.ray(ACTIVE_NODES)}[{window}])",
             "the GCS gives no count of Ray's nodes (the GCS or its monitor is gone)",
-            "gcs_loss", ("ray_cluster_active_nodes",), ("ray.kill_gcs",),
+            "gcs_loss", (ACTIVE_NODES,), ("ray.kill_gcs",),
         ),
         Alert(
             f"{PREFIX}ServeControllerGone", "ray", "critical",

@@ -114,22 +114,36 @@ def test_every_alert_has_a_layer_a_severity_a_hold_and_a_summary_naming_its_subj
     assert {r["labels"]["layer"] for r in rules} == set(LAYERS)
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule
-        assert rule["for"] == "60s", rule
+        # An event that cannot flap fires at once; every condition holds a minute first.
+        assert rule["for"] == ("0s" if rule["alert"] == "InferchaosRayNodeLost" else "60s"), rule
         assert rule["annotations"]["summary"], rule
     per_replica = [r for r in rules if "by (pod)" in r["expr"] and "group_left" not in r["expr"]]
     assert per_replica and all("$labels.pod" in r["annotations"]["summary"] for r in per_replica)
 
 
+# One stretch of a flood, one value per second (``_``: no reading that second).
+FLOOD_KV = "0.77 _ 0.84 0.9 0.48 _ 0.84 0.94 _ 0 0.35 0.35 0.35 0.84 0.9 0.97"
+FLOOD_WAITING = "4 _ 4 5 0 _ 1 4 _ 0 0 0 0 1 3 1"
+
 # Per alert: the series on which it must fire (promtool's expanding notation, one value per
 # second) and the labels it fires with.
 FIRING: Mapping[str, tuple[list[dict[str, str]], dict[str, str]]] = {
+    # replica-1 in a recorded kv_flood (a --prometheus game day, 2026-12-05), the fault's first
+    # 22 s twice over: the cache saws as the flood's requests finish, and full with requests
+    # waiting never lasts a second read in a row.
     "InferchaosKVCacheFull": (
         [
-            {"series": 'vllm:kv_cache_usage_perc{job="vllm",replica="replica-0"}', "values": "0.2 0.97x30"},
-            {"series": 'vllm:num_requests_waiting{job="vllm",replica="replica-0"}', "values": "0 6x30"},
-            {"series": 'vllm:num_preemptions_total{job="vllm",replica="replica-0"}', "values": "0x30"},
+            {
+                "series": 'vllm:kv_cache_usage_perc{job="vllm",replica="replica-1"}',
+                "values": f"0x5 {FLOOD_KV} {FLOOD_KV}",
+            },
+            {
+                "series": 'vllm:num_requests_waiting{job="vllm",replica="replica-1"}',
+                "values": f"0x5 {FLOOD_WAITING} {FLOOD_WAITING}",
+            },
+            {"series": 'vllm:num_preemptions_total{job="vllm",replica="replica-1"}', "values": "0x37"},
         ],
-        {"replica": "replica-0"},
+        {"replica": "replica-1"},
     ),
     "InferchaosEngineStalled": (
         [
@@ -176,8 +190,13 @@ FIRING: Mapping[str, tuple[list[dict[str, str]], dict[str, str]]] = {
         ],
         {},
     ),
+    # The GCS's counter appears with its first dead node (the monitor's count of active nodes
+    # stays where it was: a lost node's gauge keeps its 1).
     "InferchaosRayNodeLost": (
-        [{"series": 'ray_cluster_active_nodes{job="ray"}', "values": "3x10 2x30"}],
+        [
+            {"series": 'ray_node_failure_total{job="ray"}', "values": "_x10 1x5"},
+            {"series": 'ray_cluster_active_nodes{job="ray",node_type="node_a"}', "values": "1x15"},
+        ],
         {},
     ),
     "InferchaosGcsGone": (
@@ -240,6 +259,25 @@ def test_the_alert_fires_on_its_signature(name: str, tmp_path: Path) -> None:
         "interval": "1s",
         "input_series": series,
         "alert_rule_test": [{"eval_time": f"{end - 1}s", "alertname": name, "exp_alerts": [fired]}],
+    }
+    result = promtool_test(tmp_path, [test])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_a_lost_node_stops_firing_once_its_event_window_is_over(tmp_path: Path) -> None:
+    """The GCS's count stays where the death left it: the alert must not fire on into the next
+    scenario's baseline (a game day runs them back to back), nor fire again for the same death."""
+    test = {
+        "interval": "1s",
+        "input_series": [{"series": 'ray_node_failure_total{job="ray"}', "values": "_x10 1x40"}],
+        "alert_rule_test": [
+            {
+                "eval_time": f"{10 + LOCAL.event_window_s + 2:g}s",
+                "alertname": "InferchaosRayNodeLost",
+                "exp_alerts": [],
+            }
+        ],
     }
     result = promtool_test(tmp_path, [test])
     assert result.returncode == 0, result.stdout + result.stderr

@@ -18,6 +18,7 @@ from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.catalog import RAY_PROBES
 from inferchaos.steady_state.prometheus_ray import (
     ACTORS,
+    DEAD,
     NODES,
     PGS,
     RESOURCES,
@@ -28,16 +29,18 @@ from inferchaos.steady_state.prometheus_ray import (
 )
 
 
-def test_one_tick_is_five_queries_each_scoped_by_the_clusters_matchers() -> None:
+def test_one_tick_is_six_queries_each_scoped_by_the_clusters_matchers() -> None:
     queries = PromRaySelector('job="ray"').queries()
-    assert set(queries) == {NODES, RESOURCES, ACTORS, TASKS, PGS}
+    assert set(queries) == {NODES, DEAD, RESOURCES, ACTORS, TASKS, PGS}
     assert all('job="ray"' in q for q in queries.values())
-    assert queries[NODES] == 'sum(ray_cluster_active_nodes{job="ray"})'
+    # Not the monitor's ray_cluster_active_nodes, which keeps a lost node's 1 without an autoscaler.
+    assert queries[NODES] == 'max(ray_local_resource_view_node_count{job="ray"})'
+    assert queries[DEAD] == 'sum(ray_node_failure_total{job="ray"})'
     # The GCS's count of actors, not the workers' own (which split ALIVE into IDLE and RUNNING_TASKS).
     assert 'Source="gcs"' in queries[ACTORS] and 'State!="DEAD"' in queries[ACTORS]
     assert 'State!~"FINISHED|FAILED"' in queries[TASKS]
     # A cluster's Prometheus with no matchers: bare selectors.
-    assert PromRaySelector().queries()[NODES] == "sum(ray_cluster_active_nodes)"
+    assert PromRaySelector().queries()[NODES] == "max(ray_local_resource_view_node_count)"
 
 
 def _results() -> dict[str, list[PromSeries]]:
@@ -45,6 +48,7 @@ def _results() -> dict[str, list[PromSeries]]:
     one each, a STRICT_SPREAD group stuck and a task waiting for a GPU."""
     return {
         NODES: [PromSeries({}, 3.0)],
+        DEAD: [PromSeries({}, 1.0)],
         RESOURCES: [
             PromSeries({"Name": "GPU", "State": "USED"}, 2.0),
             PromSeries({"Name": "GPU", "State": "AVAILABLE"}, 2.0),
@@ -72,6 +76,7 @@ def _results() -> dict[str, list[PromSeries]]:
 def test_a_tick_reads_as_the_state_api_probe_names_its_samples() -> None:
     samples = {(s.probe, tuple(sorted(s.labels.items()))): s.value for s in ray_samples_of(_results())}
     assert samples[("ray.nodes_alive", ())] == 3.0
+    assert samples[("ray.nodes_dead", ())] == 1.0
     assert samples[("ray.gpus_total", ())] == 4.0
     assert samples[("ray.gpus_available", ())] == 2.0
     assert samples[("ray.cpus_total", ())] == 5.0
@@ -93,20 +98,22 @@ def test_an_infeasible_group_is_pending_as_the_state_api_says() -> None:
     assert Sample("ray.pending_pgs", 2.0) in ray_samples_of(results)
 
 
-def test_no_task_waiting_and_no_gpu_free_read_as_zero_not_as_absent() -> None:
+def test_no_task_waiting_no_gpu_free_and_no_node_lost_read_as_zero_not_as_absent() -> None:
     results = _results()
     results[TASKS] = []
+    results[DEAD] = []
     results[RESOURCES] = [PromSeries({"Name": "GPU", "State": "USED"}, 4.0)]
     samples = ray_samples_of(results)
     assert Sample("ray.tasks_pending_node_assignment", 0.0) in samples
     assert Sample("ray.gpus_available", 0.0) in samples
     assert Sample("ray.gpus_total", 4.0) in samples
+    assert Sample("ray.nodes_dead", 0.0) in samples
 
 
 def test_no_node_count_is_a_probe_error_never_a_cluster_of_zero_nodes() -> None:
     results = _results()
     results[NODES] = []
-    with pytest.raises(ProbeError, match="no ray_cluster_active_nodes"):
+    with pytest.raises(ProbeError, match="no ray_local_resource_view_node_count"):
         ray_samples_of(results)
 
 
