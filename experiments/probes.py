@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import EnvironmentNotUp
+from inferchaos.primitives.alert_rules import CLUSTER, alerts
 from inferchaos.primitives.capabilities import Environment, RayProcessEnvironment
 from inferchaos.primitives.env_status import EnvStatus
 from inferchaos.steady_state.base import Canary, ClosableProbe, Probe
@@ -71,7 +72,9 @@ def build_probes(
         ray_selector = PromRaySelector(status.prometheus.ray_matchers)
         probes.append(PrometheusRayProbe(status.prometheus.url, ray_selector))
         # Whether the platform's own alerting would have caught the fault, and how early.
-        probes.append(PrometheusAlertsProbe(status.prometheus.url))
+        # It also says which metrics inferchaos' alerts read are not there: why one could not fire.
+        reads = [metric for alert in alerts(CLUSTER) for metric in alert.reads]
+        probes.append(PrometheusAlertsProbe(status.prometheus.url, metrics=reads))
     else:
         probes.append(RayProbe(state.dashboard_url, env.connect_ray))
     # Serve's replica states, through the same dashboard: the platform's own view of its replicas.

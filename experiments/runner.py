@@ -36,11 +36,12 @@ from inferchaos.experiments.verdict import NO_EFFECT, FaultOutcome, Status, Timi
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
+from inferchaos.primitives.alert_rules import CLUSTER, alerts_for
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.baseline_gate import sick_baseline
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
-from inferchaos.steady_state.detection import detect_signals
+from inferchaos.steady_state.detection import FaultAlert, detect_signals
 from inferchaos.steady_state.evaluation import (
     Evaluation,
     RecoveryResult,
@@ -887,7 +888,13 @@ class Runner:
             stop_condition=stop_condition,
             control=outcome,
             detection=detect_signals(
-                timeline, injected_at=self._first_act(handle), breach=evaluation.detection
+                timeline,
+                injected_at=self._first_act(handle),
+                breach=evaluation.detection,
+                fault=handle.fault if handle is not None else None,
+                fault_alerts=[FaultAlert(a.name, a.layer, a.reads) for a in alerts_for(handle.fault, CLUSTER)]
+                if handle is not None
+                else (),
             ),
         )
 

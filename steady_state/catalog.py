@@ -93,9 +93,12 @@ K8S_PROBES: frozenset[str] = frozenset(
 # Read from the head's side of each worker's link (steady_state/network.py); {node}.
 NETWORK_PROBES: frozenset[str] = frozenset({"network.node_reachable", "network.handshake_rtt_s"})
 
-# The alerts the environment's Prometheus fires (steady_state/prometheus_alerts.py): firing
-# {alertname, layer, ...its own labels}, 1 per firing alert; firing_count, every tick it read.
-ALERT_PROBES: frozenset[str] = frozenset({"alerts.firing", "alerts.firing_count"})
+# The alerts the environment's Prometheus fires (steady_state/prometheus_alerts.py): firing and
+# pending {alertname, layer, ...its own labels}, 1 per alert; firing_count, every tick it read;
+# unscraped {metric}, 1 per metric an alert reads that Prometheus holds no series of.
+ALERT_PROBES: frozenset[str] = frozenset(
+    {"alerts.firing", "alerts.pending", "alerts.firing_count", "alerts.unscraped"}
+)
 
 KNOWN_PROBES: frozenset[str] = (
     VLLM_PROBES | CANARY_PROBES | RAY_PROBES | DEVICE_PROBES | K8S_PROBES | NETWORK_PROBES | ALERT_PROBES

@@ -40,6 +40,16 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class FaultAlert:
+    """An alert that stands for the run's fault, its layer and the metrics it reads
+    (primitives/alert_rules.py's ``alerts_for``)."""
+
+    name: str
+    layer: str
+    reads: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SignalDetection:
     """One entry of verdict.json ``detection``: when ``signal`` of ``layer`` noticed the fault.
 
@@ -279,6 +289,8 @@ def detect_signals(
     since: float | None = None,
     breach: Detection | None = None,
     detector_config: DetectorConfig | None = None,
+    fault: str | None = None,
+    fault_alerts: Sequence[FaultAlert] = (),
 ) -> list[SignalDetection]:
     """Every signal's first notice of the fault, measured from ``injected_at``.
 
@@ -286,6 +298,8 @@ def detect_signals(
     baseline ends and noticing may begin; ``injected_at`` (default ``since``) is what
     ``noticed_after_s`` counts from. ``breach`` is evaluation's first during-phase breach
     (:func:`~inferchaos.steady_state.evaluation.detect`); the slow-failure detectors run here.
+    ``fault`` (``<layer>.<verb>``) and ``fault_alerts``, the alerts that stand for it, tell why
+    the platform's alerting stayed silent, where it did.
     An empty list when nothing was injected.
     """
     since = timeline.marks.get(Mark.INJECTED, injected_at) if since is None else since
@@ -304,19 +318,27 @@ def detect_signals(
     for signal in PLATFORM_SIGNALS:
         if _present(timeline, signal.sources):
             detections.append(entry(signal.layer, signal.name, signal.noticed(timeline, since)))
-    return detections + alert_detections(timeline, since, origin)
+    return detections + alert_detections(timeline, since, origin, fault, fault_alerts)
 
 
 NO_ALERT = "no alert fired"
 
 
-def alert_detections(timeline: Timeline, since: float, origin: float) -> list[SignalDetection]:
+def alert_detections(
+    timeline: Timeline,
+    since: float,
+    origin: float,
+    fault: str | None = None,
+    fault_alerts: Sequence[FaultAlert] = (),
+) -> list[SignalDetection]:
     """One row per alert the platform's Prometheus fired in the run (``alert.<name>``, its own
     ``layer`` label), measured from ``origin``: one that already fired before ``since`` (a
     false alarm at baseline, or one left over) has a negative time. Its ``lead_s`` is how long
     before the first failed user request it fired. Where the alerts were read but none fired
-    after ``since``, one row ``alerts`` that never noticed, its detail :data:`NO_ALERT`; none
-    where the run read no alerts."""
+    after ``since``, one row ``alerts`` that never noticed, its detail :data:`NO_ALERT` and why
+    (:func:`why_no_alert`); where others fired but none in the layer of ``fault_alerts``, one
+    such row saying that no alert of that layer fired, and why. None where the run read no
+    alerts."""
     if not any(row.probe == "alerts.firing_count" and row.ok for row in timeline.rows):
         return []
     failed = _canary(timeline, since)
@@ -329,9 +351,57 @@ def alert_detections(timeline: Timeline, since: float, origin: float) -> list[Si
         lead = None if failed is None else round(failed[0] - row.t, 3)
         rows.append(SignalDetection(row.labels.get("layer", "alerts"), f"alert.{name}", round(row.t - origin, 3),
                                     row.t, subject, lead))  # fmt: skip
-    if not any(d.at is not None and d.at >= since for d in rows):
-        rows.append(SignalDetection("alerts", "alerts", None, None, NO_ALERT))
+    fired = [d for d in rows if d.at is not None and d.at >= since]
+    own_layers = frozenset(a.layer for a in fault_alerts)
+    if not fired:
+        silent = NO_ALERT
+        why = why_no_alert(timeline, since, fault, fault_alerts)
+    elif own_layers and not any(d.layer in own_layers for d in fired):
+        silent = f"no {' or '.join(sorted(own_layers))} alert fired"
+        why = why_no_alert(timeline, since, fault, fault_alerts, own_layers)
+    else:
+        return rows
+    rows.append(SignalDetection("alerts", "alerts", None, None, f"{silent}: {why}" if why else silent))
     return rows
+
+
+def why_no_alert(
+    timeline: Timeline,
+    since: float,
+    fault: str | None,
+    own: Sequence[FaultAlert] = (),
+    layers: frozenset[str] | None = None,
+) -> str:
+    """Why no alert (of ``layers``, where given) fired after ``since``, as far as the alerts
+    probe saw: alerts whose condition held but not for their ``for:`` (``alerts.pending``), the
+    metrics that ``own`` (the alerts standing for ``fault``) read and that Prometheus held no
+    series of on any read, or that those alerts never held their condition. Empty where it
+    cannot say."""
+    reasons = []
+    pending: dict[str, list[float]] = {}
+    for row in _readings(timeline, "alerts.pending"):
+        if row.t >= since and (layers is None or row.labels.get("layer") in layers):
+            pending.setdefault(row.labels.get("alertname", "?"), []).append(row.t)
+    for name, times in pending.items():
+        reasons.append(f"{name} held its condition for {times[-1] - times[0] + 1:.0f} s, less than its for:")
+    reads = [row.t for row in _readings(timeline, "alerts.firing_count") if row.t >= since]
+    absent: dict[str, int] = {}
+    for row in _readings(timeline, "alerts.unscraped"):
+        if row.t >= since:
+            absent[row.labels.get("metric", "")] = absent.get(row.labels.get("metric", ""), 0) + 1
+    never = {metric for metric, n in absent.items() if reads and n >= len(reads)}
+    for alert in own:
+        if missing := [m for m in alert.reads if m in never]:
+            reasons.append(
+                f"{alert.name} reads {', '.join(missing)}, which this Prometheus holds no series of"
+            )
+    if fault and not own:
+        reasons.append(f"no alert of inferchaos' rules stands for {fault}")
+    elif not reasons and own:
+        reasons.append(
+            f"{' and '.join(a.name for a in own)} never held {'its' if len(own) == 1 else 'their'} condition"
+        )
+    return "; ".join(reasons)
 
 
 # An alert's labels that are not its subject.
@@ -343,7 +413,8 @@ def noticed_text(detection: SignalDetection) -> str:
     alert's its lead over the first failed request."""
     title = signal_title(detection.signal)
     if detection.noticed_after_s is None:
-        return f"{title} never" if detection.detail != NO_ALERT else NO_ALERT
+        # The alerting's own row says what stayed silent; the rest of its detail, why.
+        return detection.detail.split(":", 1)[0] if detection.signal == "alerts" else f"{title} never"
     text = f"{title} {detection.noticed_after_s:.1f} s"
     if detection.signal == "inferchaos.slo_or_detector" and detection.detail:
         text += f" ({detection.detail.split(':', 1)[0]})"
@@ -371,21 +442,27 @@ class AlertCoverage:
     layer: str | None = None
     noticed_after_s: float | None = None
     lead_s: float | None = None
+    # What stayed silent and why, as far as the run could tell (:func:`why_no_alert`): no alert
+    # at all, or none in the fault's own layer.
+    silent: str = ""
 
     def text(self) -> str:
-        """``InferchaosEngineStalled (vllm) 4.0 s, 3.1 s before users failed`` or "no alert fired"."""
+        """``InferchaosEngineStalled (vllm) 4.0 s, 3.1 s before users failed``, or "no alert
+        fired" and why; a first alert of another layer than the fault's is followed by why none
+        of the fault's fired."""
         if self.alert is None:
-            return NO_ALERT
+            return self.silent or NO_ALERT
         when = "" if self.noticed_after_s is None else f" {self.noticed_after_s:.1f} s"
         lead = ""
         if self.lead_s is not None:
             lead = f", {abs(self.lead_s):.1f} s {'before' if self.lead_s >= 0 else 'after'} users failed"
-        return f"{self.alert} ({self.layer}){when}{lead}"
+        silent = f"; {self.silent}" if self.silent else ""
+        return f"{self.alert} ({self.layer}){when}{lead}{silent}"
 
 
 def alert_coverage(detections: Sequence[SignalDetection]) -> AlertCoverage | None:
     """The run's :class:`AlertCoverage`; None where it read no alerts (no ``--prometheus``)."""
-    rows = [d for d in detections if d.signal.startswith("alert.") or d.detail == NO_ALERT]
+    rows = [d for d in detections if d.signal.startswith("alert.") or d.signal == "alerts"]
     if not rows:
         return None
     fired = sorted(
@@ -396,9 +473,10 @@ def alert_coverage(detections: Sequence[SignalDetection]) -> AlertCoverage | Non
         ),
         key=lambda d: d.noticed_after_s or 0.0,
     )
+    silent = next((d.detail for d in rows if d.signal == "alerts"), "")
     if not fired:
-        return AlertCoverage(None)
+        return AlertCoverage(None, silent=silent or NO_ALERT)
     first = fired[0]
     return AlertCoverage(
-        first.signal.removeprefix("alert."), first.layer, first.noticed_after_s, first.lead_s
+        first.signal.removeprefix("alert."), first.layer, first.noticed_after_s, first.lead_s, silent
     )

@@ -40,6 +40,7 @@ from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import recording_rule_names
 from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.prometheus_alerts import PrometheusAlertsProbe
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmProbe,
@@ -144,6 +145,14 @@ def _scraped_since(url: str, since: float, count: int) -> bool:
     answer = httpx.get(f"{url}/api/v1/query", params={"query": query}, timeout=5.0).json()
     names = {r["metric"].get("replica") for r in answer["data"]["result"]}
     return len(names - {"replica-9"}) >= count
+
+
+async def _read_alerts(url: str, metrics: tuple[str, ...]) -> list[Sample]:
+    probe = PrometheusAlertsProbe(url, metrics=metrics)
+    try:
+        return await probe.read()
+    finally:
+        await probe.aclose()
 
 
 async def _settled(prometheus: PrometheusRecord, replicas: list[ReplicaStatus]) -> None:
@@ -408,11 +417,19 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
 
         try:
             waited = wait_until(stalled, 45.0, 1.0)
+            # What a run's alerts probe reads meanwhile: the alert firing, and of the metrics
+            # asked after, the one no exporter here gives (no DCGM: the device alert's reason).
+            read = asyncio.run(
+                _read_alerts(prometheus.url, ("DCGM_FI_DEV_FB_USED", "vllm:num_requests_waiting"))
+            )
         finally:
             hang.revert(local_env, handle, ledger)
         assert waited is not None, f"no InferchaosEngineStalled; firing: {_alerts(prometheus.url, 'firing')}"
         print(f"InferchaosEngineStalled fired {waited - handle.injected_at:.1f} s into the hang")
         assert [(a["replica"], a["layer"]) for a in fired] == [("replica-0", "vllm")]
+        probed = {(s.probe, s.labels.get("alertname") or s.labels.get("metric")) for s in read}
+        assert ("alerts.firing", "InferchaosEngineStalled") in probed, read
+        assert {m for probe, m in probed if probe == "alerts.unscraped"} == {"DCGM_FI_DEV_FB_USED"}, read
     finally:
         stop.set()
         for worker in workers:

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferchaos.steady_state.detection import NO_ALERT, alert_coverage, detect_signals, noticed_line
+from inferchaos.primitives.alert_rules import CLUSTER, alerts_for
+from inferchaos.steady_state.detection import (
+    NO_ALERT,
+    FaultAlert,
+    alert_coverage,
+    detect_signals,
+    noticed_line,
+)
 from inferchaos.steady_state.timeline import Row
 
 if TYPE_CHECKING:
@@ -90,3 +97,72 @@ def test_a_run_that_read_no_alerts_has_no_alert_rows(synth: Synth) -> None:
     timeline = synth.timeline(canary(synth, 12), **MARKS)
     assert not [d for d in detect_signals(timeline) if d.layer == "alerts" or d.signal.startswith("alert.")]
     assert alert_coverage(detect_signals(timeline)) is None
+
+
+def with_rows(synth: Synth, probe: str, labels: dict[str, str], seconds: range) -> list[Row]:
+    return [Row(synth.t0 + t, probe, labels, 1.0) for t in seconds]
+
+
+def why(timeline: object, fault: str) -> str:
+    own = [FaultAlert(a.name, a.layer, a.reads) for a in alerts_for(fault, CLUSTER)]
+    coverage = alert_coverage(detect_signals(timeline, fault=fault, fault_alerts=own))  # type: ignore[arg-type]
+    assert coverage is not None and coverage.alert is None
+    return coverage.text()
+
+
+def test_an_alert_whose_condition_held_too_briefly_is_why_none_fired(synth: Synth) -> None:
+    """A partition of 3 s: the worker's alert was pending for 2 s, less than its for:."""
+    unreachable = {"alertname": "InferchaosWorkerUnreachable", "layer": "network", "node": "worker-1"}
+    pending = with_rows(synth, "alerts.pending", unreachable, range(12, 14))
+    text = why(
+        synth.timeline(alerts_read(synth), pending, canary(synth, None), **MARKS), "network.partition_node"
+    )
+    assert text == f"{NO_ALERT}: InferchaosWorkerUnreachable held its condition for 2 s, less than its for:"
+
+
+def test_a_metric_the_faults_own_alert_reads_and_prometheus_lacks_is_why_none_fired(synth: Synth) -> None:
+    """No DCGM exporter: the device alert could not have fired. Another alert's metric missing
+    (kube-state-metrics) says nothing of this fault."""
+    missing = [
+        *with_rows(synth, "alerts.unscraped", {"metric": "DCGM_FI_DEV_FB_USED"}, range(51)),
+        *with_rows(synth, "alerts.unscraped", {"metric": "kube_pod_status_unschedulable"}, range(51)),
+    ]
+    text = why(
+        synth.timeline(alerts_read(synth), missing, canary(synth, 12), **MARKS), "device.squat_device_memory"
+    )
+    assert text == (
+        f"{NO_ALERT}: InferchaosDeviceMemoryOutsideReplicas reads DCGM_FI_DEV_FB_USED, "
+        "which this Prometheus holds no series of"
+    )
+    # A metric that appeared during the fault was there to be read.
+    appeared = with_rows(synth, "alerts.unscraped", {"metric": "DCGM_FI_DEV_FB_USED"}, range(0, 20))
+    text = why(
+        synth.timeline(alerts_read(synth), appeared, canary(synth, 12), **MARKS), "device.squat_device_memory"
+    )
+    assert text == f"{NO_ALERT}: InferchaosDeviceMemoryOutsideReplicas never held its condition"
+
+
+def test_a_fault_no_rule_stands_for_says_so(synth: Synth) -> None:
+    text = why(synth.timeline(alerts_read(synth), canary(synth, None), **MARKS), "vllm.unknown_verb")
+    assert text == f"{NO_ALERT}: no alert of inferchaos' rules stands for vllm.unknown_verb"
+
+
+def test_alerts_of_other_layers_do_not_hide_that_none_of_the_faults_own_fired(synth: Synth) -> None:
+    """A squatted device made replica-1 restart: its vLLM alert fired, and no device alert could
+    (no DCGM exporter). The vLLM alert is the first, and the coverage says what of the device."""
+    down = {"alertname": "InferchaosReplicaNotAnswering", "layer": "vllm", "replica": "replica-1"}
+    missing = with_rows(synth, "alerts.unscraped", {"metric": "DCGM_FI_DEV_FB_USED"}, range(51))
+    timeline = synth.timeline(alerts_read(synth, {16: down}), missing, canary(synth, 12), **MARKS)
+    own = [FaultAlert(a.name, a.layer, a.reads) for a in alerts_for("device.squat_device_memory", CLUSTER)]
+    detections = detect_signals(timeline, fault="device.squat_device_memory", fault_alerts=own)
+    coverage = alert_coverage(detections)
+    assert coverage is not None and coverage.text() == (
+        "InferchaosReplicaNotAnswering (vllm) 6.0 s, 4.0 s after users failed; no device alert fired: "
+        "InferchaosDeviceMemoryOutsideReplicas reads DCGM_FI_DEV_FB_USED, which this Prometheus holds no series of"
+    )
+    assert "no device alert fired" in noticed_line(detections)
+    # Once one of the fault's own layer fires, nothing is said of it.
+    squat = {"alertname": "InferchaosDeviceMemoryOutsideReplicas", "layer": "device", "gpu": "0"}
+    timeline = synth.timeline(alerts_read(synth, {16: down, 18: squat}), canary(synth, 12), **MARKS)
+    detections = detect_signals(timeline, fault="device.squat_device_memory", fault_alerts=own)
+    assert not [d for d in detections if d.signal == "alerts"]
