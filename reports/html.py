@@ -13,7 +13,7 @@ from inferchaos.reports import formatting as fmt
 from inferchaos.reports.detection import detection_section
 from inferchaos.reports.htmlkit import STATUS_COLOURS, Raw, definitions, join, page, state, table, tag
 from inferchaos.reports.load import ActivityRecord, RunRecord, probe_errors
-from inferchaos.reports.plots import Plot
+from inferchaos.reports.plots import ROWS, Plot
 from inferchaos.steady_state.slo import Phase
 
 
@@ -172,10 +172,20 @@ def _plots(plots: Sequence[Plot]) -> Raw:
     legend = tag(
         "p",
         "Shaded: the fault window (injected to reverted). Vertical lines: injected (red dashed), "
-        "reverted (blue dashed), recovered (green dotted, reverted + time to recover).",
+        "reverted (blue dashed), recovered (green dotted, reverted + time to recover). In purple: "
+        "the platform's alerts of each row's layers, from when each first fired (dash-dot), shaded "
+        "while it fired.",
         cls="muted",
     )
-    return _section("plots", "Over time", join([legend, *(_plot(p) for p in plots)]))
+    rows = []
+    for row in ROWS:
+        mine = [p for p in plots if p.row == row]
+        if mine:
+            heading = tag("h3", row.title)
+            rows.append(
+                tag("div", join([heading, *(_plot(p) for p in mine)]), id=f"row-{row.id}", cls="plot-row")
+            )
+    return _section("plots", "Over time", join([legend, *rows]))
 
 
 def _errors(run: RunRecord) -> Raw:

@@ -71,6 +71,27 @@ class Line:
 
 
 @dataclass(frozen=True)
+class Row:
+    """A row of the report's plots, as the dashboard has them (deploy/grafana): its plots show
+    the alerts whose ``layer`` label is one of ``alert_layers`` (empty: every alert)."""
+
+    id: str
+    title: str
+    alert_layers: frozenset[str] = frozenset()
+
+    def shows(self, layer: str) -> bool:
+        """Whether an alert of ``layer`` is marked on this row's plots."""
+        return not self.alert_layers or layer in self.alert_layers
+
+
+USERS = Row("users", "Users: the canary requests")
+VLLM = Row("vllm", "vLLM", frozenset({"vllm"}))
+RAY = Row("ray", "Ray", frozenset({"ray"}))
+NODES = Row("k8s", "Kubernetes, nodes and device", frozenset({"k8s", "network", "device"}))
+ROWS: tuple[Row, ...] = (USERS, VLLM, RAY, NODES)
+
+
+@dataclass(frozen=True)
 class PlotSpec:
     """What one plot shows: its stable element id, its probes and how to draw their lines."""
 
@@ -80,6 +101,7 @@ class PlotSpec:
     probes: tuple[str, ...]
     lines: Callable[[Timeline], list[Line]]
     ylim: tuple[float, float] | None = None
+    row: Row = USERS
 
 
 @dataclass(frozen=True)
@@ -91,6 +113,42 @@ class Plot:
     probes: tuple[str, ...]
     svg: str | None = None
     lines: tuple[str, ...] = field(default_factory=tuple)
+    row: Row = USERS
+    # The alerts marked on it.
+    alerts: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class AlertSpan:
+    """One stretch of readings in which the platform's Prometheus had ``name`` firing."""
+
+    name: str
+    layer: str
+    start: float
+    end: float
+
+
+def alert_spans(timeline: Timeline) -> list[AlertSpan]:
+    """The firing stretches of each alert (``alerts.firing``), by alert name, in time order: a
+    stretch ends at the last read that still had it firing."""
+    reads = sorted({row.t for row in timeline.select("alerts.firing_count")})
+    firing: dict[tuple[str, str], set[float]] = {}
+    for row in timeline.select("alerts.firing"):
+        firing.setdefault((row.labels.get("alertname", "?"), row.labels.get("layer", "")), set()).add(row.t)
+    spans = []
+    for (name, layer), times in firing.items():
+        start: float | None = None
+        last = 0.0
+        for t in reads or sorted(times):
+            if t in times:
+                start = t if start is None else start
+                last = t
+            elif start is not None:
+                spans.append(AlertSpan(name, layer, start, last))
+                start = None
+        if start is not None:
+            spans.append(AlertSpan(name, layer, start, last))
+    return sorted(spans, key=lambda span: (span.start, span.name))
 
 
 def pooled(timeline: Timeline, probe: str) -> Points:
@@ -190,19 +248,23 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("plot-availability", "Availability (canary success)", "success ratio",
              ("canary.success",), _availability, ylim=(-0.03, 1.05)),
     PlotSpec("plot-requests", "vLLM requests waiting (solid) and running (dashed), per replica", "requests",
-             ("vllm.num_requests_waiting", "vllm.num_requests_running"), _requests),
+             ("vllm.num_requests_waiting", "vllm.num_requests_running"), _requests, row=VLLM),
     PlotSpec("plot-kv-cache", "vLLM KV-cache usage, per replica", "fraction used",
-             ("vllm.kv_cache_usage",), _by_label("vllm.kv_cache_usage", "replica"), ylim=(-0.03, 1.05)),
+             ("vllm.kv_cache_usage",), _by_label("vllm.kv_cache_usage", "replica"), ylim=(-0.03, 1.05), row=VLLM),
     PlotSpec("plot-preemption-rate", "vLLM preemption rate, per replica", "preemptions / s",
-             ("vllm.preemption_rate",), _by_label("vllm.preemption_rate", "replica")),
+             ("vllm.preemption_rate",), _by_label("vllm.preemption_rate", "replica"), row=VLLM),
     PlotSpec("plot-actors-alive", "Ray actors ALIVE, per class", "actors",
-             ("ray.actors_alive",), _by_label("ray.actors_alive", "class")),
+             ("ray.actors_alive",), _by_label("ray.actors_alive", "class"), row=RAY),
     PlotSpec("plot-pending-pgs", "Ray placement groups pending", "placement groups",
-             ("ray.pending_pgs",), _single("ray.pending_pgs", "pending")),
+             ("ray.pending_pgs",), _single("ray.pending_pgs", "pending"), row=RAY),
     PlotSpec("plot-nodes-alive", "Ray nodes alive", "nodes",
-             ("ray.nodes_alive",), _single("ray.nodes_alive", "alive")),
+             ("ray.nodes_alive",), _single("ray.nodes_alive", "alive"), row=RAY),
+    PlotSpec("plot-k8s-pods", "Kubernetes Pods Pending, per namespace", "Pods",
+             ("k8s.pods_pending",), _by_label("k8s.pods_pending", "namespace"), row=NODES),
+    PlotSpec("plot-node-links", "TCP handshake with each worker node", "seconds",
+             ("network.handshake_rtt_s",), _by_label("network.handshake_rtt_s", "node"), row=NODES),
     PlotSpec("plot-device-free", "Free device memory, per device", "GiB free",
-             ("device.free_bytes",), _by_label("device.free_bytes", "device", scale=GIB)),
+             ("device.free_bytes",), _by_label("device.free_bytes", "device", scale=GIB), row=NODES),
 )  # fmt: skip
 
 
@@ -279,7 +341,23 @@ def _mark_fault(axes: Axes, marks: Markers) -> None:
                      gid="recovered")  # fmt: skip
 
 
-def _draw(spec: PlotSpec, lines: Sequence[Line], marks: Markers) -> str:
+ALERT_COLOUR = "#7c3aed"
+
+
+def _mark_alerts(axes: Axes, spans: Sequence[AlertSpan], origin: float) -> None:
+    """Shade each stretch an alert fired and draw a line where it first fired, named (gid
+    ``alert-<name>``) so the SVG says which alert it is."""
+    named: set[str] = set()
+    for span in spans:
+        start, end = span.start - origin, span.end - origin
+        axes.axvspan(start, max(end, start + 0.5), color=ALERT_COLOUR, alpha=0.07)
+        if span.name not in named:
+            named.add(span.name)
+            axes.axvline(start, color=ALERT_COLOUR, linestyle="-.", linewidth=1.0,
+                         label=_legend_label(f"alert {span.name.removeprefix('Inferchaos')}"), gid=f"alert-{span.name}")  # fmt: skip
+
+
+def _draw(spec: PlotSpec, lines: Sequence[Line], marks: Markers, spans: Sequence[AlertSpan] = ()) -> str:
     with matplotlib.rc_context(_RC):
         figure = Figure(figsize=(10, 2.8))
         axes = figure.add_subplot()
@@ -296,6 +374,7 @@ def _draw(spec: PlotSpec, lines: Sequence[Line], marks: Markers) -> str:
                       label=_legend_label(line.label), color=colour, linewidth=1.4,
                       linestyle=linestyle, marker=marker)  # fmt: skip
         _mark_fault(axes, marks)
+        _mark_alerts(axes, spans, marks.origin)
         if spec.ylim is not None:
             axes.set_ylim(*spec.ylim)
         if marks.end is not None and marks.end > 0:
@@ -315,13 +394,21 @@ def _draw(spec: PlotSpec, lines: Sequence[Line], marks: Markers) -> str:
 
 
 def render_plot(spec: PlotSpec, run: RunRecord) -> Plot:
-    """Draw ``spec`` for ``run``; a Plot without SVG when none of its probes has data."""
+    """Draw ``spec`` for ``run``, with the alerts of its row marked; a Plot without SVG when
+    none of its probes has data."""
     lines = [line for line in spec.lines(run.timeline) if line.points]
     if not lines:
         logger.info("%s: no data for %s", run.run_dir, ", ".join(spec.probes))
-        return Plot(spec.id, spec.title, spec.probes)
+        return Plot(spec.id, spec.title, spec.probes, row=spec.row)
+    spans = [span for span in alert_spans(run.timeline) if spec.row.shows(span.layer)]
     return Plot(
-        spec.id, spec.title, spec.probes, _draw(spec, lines, markers(run)), tuple(ln.label for ln in lines)
+        spec.id,
+        spec.title,
+        spec.probes,
+        _draw(spec, lines, markers(run), spans),
+        tuple(ln.label for ln in lines),
+        spec.row,
+        tuple(dict.fromkeys(span.name for span in spans)),
     )
 
 

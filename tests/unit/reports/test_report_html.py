@@ -67,9 +67,15 @@ def test_every_plot_is_on_the_page_with_a_stable_id(rendered: Path, name: str) -
         assert attrs["data-has-data"] in ("yes", "no")
 
 
+def recorded_probes(run_dir: Path) -> set[str]:
+    with (run_dir / "timeline.csv").open(newline="") as f:
+        return {row["probe"] for row in csv.DictReader(f)}
+
+
 def test_plots_with_data_are_inline_svg_with_the_fault_marked(rendered: Path) -> None:
     html = report(rendered, "failed_kv_flood")
-    for plot_id in PLOT_IDS:
+    probes = recorded_probes(rendered / "failed_kv_flood")
+    for plot_id in (spec.id for spec in PLOTS if set(spec.probes) & probes):
         figure = section(html, plot_id)
         assert "<svg" in figure, plot_id
         for mark in FAULT_MARKS:
@@ -212,3 +218,38 @@ def test_rendering_again_gives_the_same_bytes(run_copy: Callable[[str], Path]) -
     first = [p.read_bytes() for p in render_run(run_dir)]
     second = [p.read_bytes() for p in render_run(run_dir)]
     assert first == second
+
+
+def test_the_plots_stand_in_the_dashboards_rows_with_each_rows_alerts_marked(
+    run_copy: Callable[[str], Path],
+) -> None:
+    """The three rows of deploy/grafana's dashboard, under the users' own plots; an alert of the
+    vllm layer is marked on the vLLM row and the users' row, not on Ray's."""
+    run_dir = run_copy("failed_kv_flood")
+    marks = read_json(run_dir / "verdict.json")["phases"]
+    injected = marks["injected"]
+    with (run_dir / "timeline.csv").open("a", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        for k in range(30):
+            t = injected - 5 + k
+            firing = 5 <= k < 20
+            if firing:
+                writer.writerow(
+                    [
+                        t,
+                        "alerts.firing",
+                        "alertname=InferchaosKVCacheFull;layer=vllm;replica=replica-0",
+                        1.0,
+                        "",
+                    ]
+                )
+            writer.writerow([t, "alerts.firing_count", "", 1.0 if firing else 0.0, ""])
+    render_run(run_dir)
+    html = (run_dir / "report.html").read_text()
+    rows = re.findall(r'<div id="row-(\w+)" class="plot-row"><h3>([^<]+)</h3>', html)
+    assert rows == [("users", "Users: the canary requests"), ("vllm", "vLLM"), ("ray", "Ray"),
+                    ("k8s", "Kubernetes, nodes and device")]  # fmt: skip
+    for plot_id in ("plot-availability", "plot-kv-cache", "plot-requests"):
+        assert f'id="{plot_id}-alert-InferchaosKVCacheFull"' in section(html, plot_id), plot_id
+    for plot_id in ("plot-actors-alive", "plot-nodes-alive"):
+        assert "alert-Inferchaos" not in section(html, plot_id), plot_id
