@@ -12,7 +12,9 @@ What they give, read against the state API on Ray 2.60 (tests/integration/test_p
   view of the cluster holds (the GCS syncs it; a lost node's own series go stale). Not
   ``ray_cluster_active_nodes``: a cluster without an autoscaler (the local one, KubeRay without
   one) reports it per node, as a gauge that keeps a lost node's last 1;
-- ``ray.nodes_dead``: ``ray_node_failure_total``, the GCS's count of nodes it declared dead.
+- ``ray.nodes_dead``: ``ray_node_failure_total``, the GCS's count of nodes it declared dead,
+  its highest over the last minute: the head's scrape fails now and then under load, and its
+  series would read as absent, 0 dead, then as new deaths.
   Like every Ray counter it is exported from its first increment on, so none is 0;
 - ``ray.gpus_*``, ``ray.cpus_*``: ``ray_resources`` per node and state (USED, AVAILABLE);
 - ``ray.actors{state,class}``, ``ray.actors_alive{class}``: ``ray_actors`` as the GCS counts
@@ -46,6 +48,8 @@ from inferchaos.steady_state.prometheus_queries import PromQueries
 logger = logging.getLogger(__name__)
 
 NODES, DEAD, RESOURCES, ACTORS, TASKS, PGS = "nodes", "dead", "resources", "actors", "tasks", "pgs"
+# How far back the count of dead nodes is read: past a failed scrape or two of the head.
+DEAD_LOOKBACK = "1m"
 # The placement-group states of ray_gcs_placement_group_count that the state API calls PENDING.
 PENDING_PG_STATES = ("Pending", "Infeasible")
 # Task states that are history, as steady_state/ray.py leaves them out.
@@ -70,7 +74,7 @@ class PromRaySelector:
         tasks = self.selector("ray_tasks", f'State!~"{history}"')
         return {
             NODES: f"max({self.selector(NODE_VIEW)})",
-            DEAD: f"sum({self.selector(NODE_FAILURES)})",
+            DEAD: f"sum(max_over_time({self.selector(NODE_FAILURES)}[{DEAD_LOOKBACK}]))",
             RESOURCES: f"sum by (Name, State) ({resources})",
             ACTORS: f"sum by (Name, State) ({actors})",
             TASKS: f"sum by (State) ({tasks})",

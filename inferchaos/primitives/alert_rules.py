@@ -145,7 +145,10 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
     # Not the monitor's count of active nodes: without an autoscaler it keeps a lost node's 1.
     failures = f"sum({labels.ray(NODE_FAILURES)})"
     event = promql_duration(labels.event_window_s)
-    failures_before = f"sum({labels.ray(NODE_FAILURES)} offset {event})"
+    # Its highest count over a while before the last event window: a max over a stretch, so a
+    # scrape of the head that failed under load is no drop (a point read there once made a
+    # long-past death fire again), and 0 only where no node ever died.
+    failures_before = f"sum(max_over_time({labels.ray(NODE_FAILURES)}[{trend}] offset {event}))"
     node = labels.node_label
     # A hung engine freezes every vLLM series where it stood (requests running included), so it
     # shows as a replica generating nothing for a while when the deployment has traffic.
@@ -197,7 +200,7 @@ def alerts(labels: AlertLabels) -> tuple[Alert, ...]:
         ),
         Alert(
             f"{PREFIX}RayNodeLost", "ray", "critical",
-            f"{failures} - ({failures_before} or vector(0)) > 0",
+            f"{failures} > ({failures_before} or vector(0))",
             f"the GCS declared a Ray node dead in the last {event}",
             "node_loss", (NODE_FAILURES,), ("ray.kill_node",), holds=False,
         ),

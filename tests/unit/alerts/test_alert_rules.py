@@ -265,6 +265,19 @@ def test_the_alert_fires_on_its_signature(name: str, tmp_path: Path) -> None:
 
 
 @needs_promtool
+def test_a_scrape_of_the_head_missed_does_not_fire_a_lost_node_again(tmp_path: Path) -> None:
+    """A node died 30 s before; the head's scrape then failed twice under load (its series
+    stale for 2 s). The count is where it was: no new death, no alert."""
+    series = [{"series": 'ray_node_failure_total{job="ray"}', "values": "_x10 2x30 stale stale 2x20"}]
+    checks = [
+        {"eval_time": f"{t}s", "alertname": "InferchaosRayNodeLost", "exp_alerts": []}
+        for t in (44, 47, 52, 60)
+    ]
+    result = promtool_test(tmp_path, [{"interval": "1s", "input_series": series, "alert_rule_test": checks}])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
 def test_a_lost_node_stops_firing_once_its_event_window_is_over(tmp_path: Path) -> None:
     """The GCS's count stays where the death left it: the alert must not fire on into the next
     scenario's baseline (a game day runs them back to back), nor fire again for the same death."""

@@ -35,7 +35,8 @@ def test_one_tick_is_six_queries_each_scoped_by_the_clusters_matchers() -> None:
     assert all('job="ray"' in q for q in queries.values())
     # Not the monitor's ray_cluster_active_nodes, which keeps a lost node's 1 without an autoscaler.
     assert queries[NODES] == 'max(ray_local_resource_view_node_count{job="ray"})'
-    assert queries[DEAD] == 'sum(ray_node_failure_total{job="ray"})'
+    # Its highest over a minute: a failed scrape of the head must not read as 0 dead, then as deaths.
+    assert queries[DEAD] == 'sum(max_over_time(ray_node_failure_total{job="ray"}[1m]))'
     # The GCS's count of actors, not the workers' own (which split ALIVE into IDLE and RUNNING_TASKS).
     assert 'Source="gcs"' in queries[ACTORS] and 'State!="DEAD"' in queries[ACTORS]
     assert 'State!~"FINISHED|FAILED"' in queries[TASKS]
