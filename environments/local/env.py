@@ -360,7 +360,7 @@ class LocalEnvironment:
 
     def _start_ray(self, state: LocalEnvState, token: str) -> None:
         cfg = state.config
-        env = ray_process_env(state.env_id, token, self.state_dir, cfg.gcs_ft)
+        env = ray_process_env(state.env_id, token, self.state_dir, cfg.gcs_ft, cfg.prometheus)
         head_env = env
         if cfg.gcs_ft:
             self._progress("starting redis-server for the GCS's fault tolerance")

@@ -118,3 +118,13 @@ def test_an_unwatched_head_stays_as_a_sleep_after_ray_start_returns_and_fails_wi
         ok.wait()
     failed = subprocess.Popen(unwatched_argv(["false"]), start_new_session=True)
     assert failed.wait(timeout=10) != 0
+
+
+def test_ray_reports_its_metrics_every_two_seconds_only_where_prometheus_reads_them(tmp_path: Path) -> None:
+    # Read every 10 s (Ray's default), a 12 s placement-group stall showed in Prometheus, and
+    # fired its alert, after its revert.
+    assert (
+        ray_process_env("env123", "token", tmp_path, prometheus=True)["RAY_metrics_report_interval_ms"]
+        == "2000"
+    )
+    assert "RAY_metrics_report_interval_ms" not in ray_process_env("env123", "token", tmp_path)
