@@ -30,7 +30,7 @@ from pathlib import Path
 def run_day(out: Path, suite: str) -> Path:
     """Run the game day with --prometheus into ``out``; its day folder."""
     subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "gameday", "--suite", suite, "--prometheus",
+        [sys.executable, "-m", "inferchaos.cli.main", "gameday", "--suite", suite, "--prometheus",
          "--out", str(out)],
         check=False,
     )  # fmt: skip

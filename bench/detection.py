@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferchaos.cli.main import wait_until_whole
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
-from inferchaos.experiments.cli import wait_until_whole
-from inferchaos.experiments.runner import RunOptions, plan_run, run_experiment
-from inferchaos.experiments.spec import ExperimentSpec, ensure_experiment_is_valid
 from inferchaos.faults.registry import get_fault
+from inferchaos.run.runner import RunOptions, plan_run, run_experiment
+from inferchaos.run.spec import ExperimentSpec, ensure_experiment_is_valid
 from inferchaos.steady_state.detection import SignalDetection, signal_title
 
 # (fault, its arguments): replica 0 for the replica faults, so each run hits the same one.
@@ -72,7 +72,7 @@ def experiment(
             "title": "The front door serves completions",
             "probes": [{
                 "type": "probe", "name": "front-door-serves", "tolerance": True,
-                "provider": {"type": "python", "module": "inferchaos.experiments.ctk_probes",
+                "provider": {"type": "python", "module": "inferchaos.ctk.providers",
                              "func": "front_door_serves"},
             }],
         },

@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/bench-gameday"))
     args = parser.parse_args()
     began = time.time()
-    result = subprocess.run([sys.executable, "-m", "inferchaos.experiments.cli", "gameday", "--out", str(args.out)],
+    result = subprocess.run([sys.executable, "-m", "inferchaos.cli.main", "gameday", "--out", str(args.out)],
                             capture_output=True, text=True)  # fmt: skip
     finished = time.time()
     wall = finished - began

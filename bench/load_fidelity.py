@@ -2,7 +2,7 @@
 
 One vLLM server, one concurrency, in --rounds interleaved rounds (so that a server that drifts
 over the run affects every client alike), each round:
-- our Locust users (experiments/locustfile.py: the chat user, or with --user long the
+- our Locust users (inferchaos/load/locustfile.py: the chat user, or with --user long the
   long-context user; no think time, ignore_eos) for --duration seconds: a closed loop of
   --concurrency streams, all users started at once;
 - `vllm bench serve` for as many requests (random prompts of the same mean token length,

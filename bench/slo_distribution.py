@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from inferchaos.experiments.spec import load_and_validate
+from inferchaos.run.spec import load_and_validate
 from inferchaos.steady_state.evaluation import baseline_value, evaluate_slo, phase_windows
 from inferchaos.steady_state.slo import Slo
 from inferchaos.steady_state.timeline import read_timeline

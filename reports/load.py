@@ -30,7 +30,7 @@ TIMELINE = "timeline.csv"
 VERDICT = "verdict.json"
 RUN_FILES: tuple[str, ...] = (JOURNAL, TIMELINE, VERDICT)
 
-# The verdict.json schema versions this reader understands (experiments/verdict.py SCHEMA_VERSION).
+# The verdict.json schema versions this reader understands (inferchaos/run/verdict.py SCHEMA_VERSION).
 SUPPORTED_SCHEMAS: frozenset[int] = frozenset({1})
 
 
@@ -89,7 +89,7 @@ class TriageRecord:
 
 @dataclass(frozen=True)
 class ControlRecord:
-    """verdict.json ``control``: a negative control's outcome (experiments/controls.py)."""
+    """verdict.json ``control``: a negative control's outcome (inferchaos/run/controls.py)."""
 
     of: str
     breaks: str

@@ -4,7 +4,7 @@
   layer, its Chaos Toolkit action, the first paragraph of its class docstring, and its
   parameters with their types and defaults, read from its ``params_type`` dataclass.
 - ``docs/cli.md``: every command and group of the ``inferchaos`` CLI (the click group ``cli`` in
-  ``experiments/cli.py``), its usage and help text as click renders them at a fixed width.
+  ``inferchaos/cli/main.py``), its usage and help text as click renders them at a fixed width.
 
     .venv/bin/python scripts/gen_docs.py            # write both files
     .venv/bin/python scripts/gen_docs.py --check    # exit 1 naming the stale files, 0 when current
@@ -224,13 +224,13 @@ def _commands(command: click.Command, name: str, parent: click.Context | None) -
 
 def cli_md() -> str:
     """docs/cli.md: every command's and group's usage and help, as ``--help`` prints them."""
-    from inferchaos.experiments.cli import cli
+    from inferchaos.cli.main import cli
 
     contexts = list(_commands(cli, "inferchaos", None))
     out = [
         "# CLI reference",
         "",
-        NOTICE.format(source="the click commands in experiments/cli.py", cmd=REGENERATE),
+        NOTICE.format(source="the click commands in inferchaos/cli/main.py", cmd=REGENERATE),
         "",
         "Every command's `--help`, as printed at a width of 100 columns. Exit codes: 0 passed (or",
         "skipped), 1 failed or aborted, 2 invalid input or environment error, 130 interrupted",

@@ -8,7 +8,7 @@ range (:class:`~inferchaos.primitives.capabilities.SaneBaseline`); outside it, t
 an error naming the baseline (exit 2): the platform or the machine needs fixing before a fault
 can say anything about it.
 
-The runner and `chaos run`'s baseline sampler (experiments/ctk_live.py) both ask
+The runner and `chaos run`'s baseline sampler (inferchaos/ctk/live.py) both ask
 :func:`sick_baseline` once their baseline is sampled.
 """
 

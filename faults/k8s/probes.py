@@ -17,7 +17,7 @@ from inferchaos.primitives.kube.api import api_errors
 
 logger = logging.getLogger(__name__)
 
-# What Chaos Toolkit's discovery lists (experiments/discovery.py).
+# What Chaos Toolkit's discovery lists (inferchaos/ctk/discovery.py).
 __all__ = ["deployment_must_be_ready", "fault_effect"]
 
 Configuration = dict[str, Any] | None

@@ -1,4 +1,4 @@
-"""A harmless stand-in for ``python -m experiments.cli`` that the locustfile's --chaos starts.
+"""A harmless stand-in for ``python -m inferchaos.cli.main`` that the locustfile's --chaos starts.
 
 Invoked as ``chaos_child.py run <experiment> --out <dir>``. It records when it started,
 its argv, its working directory, and when it got SIGINT into the JSON file named by $FAKE_CHAOS_RECORD, and, like

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LOCUSTFILE = REPO / "experiments" / "locustfile.py"
+LOCUSTFILE = REPO / "inferchaos" / "load" / "locustfile.py"
 FAKE_CHILD = Path(__file__).resolve().with_name("chaos_child.py")
 LOCUST_BOUND_S = 60.0
 CHAOS_AT_S = 2.0
@@ -76,7 +76,7 @@ class LocustRun:
 def start_locust(
     host: str, folder: Path, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
 ) -> LocustRun:
-    """Start ``locust -f experiments/locustfile.py --headless`` against ``host`` with CSVs in ``folder``.
+    """Start ``locust -f inferchaos/load/locustfile.py --headless`` against ``host`` with CSVs in ``folder``.
 
     It runs in ``cwd``: the repository, or (to show nothing depends on it) another folder.
     """

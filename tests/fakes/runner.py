@@ -19,16 +19,16 @@ from typing import Any, ClassVar, Literal
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.errors import FaultError
-from inferchaos.experiments.controls import ControlSpec
-from inferchaos.experiments.runner import Runner, RunOptions
-from inferchaos.experiments.spec import ExperimentSpec, FaultStep
-from inferchaos.experiments.verdict import Verdict
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import SaneBaseline
 from inferchaos.primitives.env_status import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
+from inferchaos.run.controls import ControlSpec
+from inferchaos.run.runner import Runner, RunOptions
+from inferchaos.run.spec import ExperimentSpec, FaultStep
+from inferchaos.run.verdict import Verdict
 from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.slo import ensure_slos_are_valid
@@ -588,7 +588,7 @@ class RecordedLocalEnvironment:
 
 def run_cleanup(monkeypatch: Any) -> int:
     """Run `inferchaos cleanup` in-process against the ledger of INFERCHAOS_HOME; its exit code."""
-    from inferchaos.experiments import cli
+    from inferchaos.cli import main as cli
 
     monkeypatch.setattr(cli, "LocalEnvironment", RecordedLocalEnvironment)
     monkeypatch.setattr("sys.argv", ["inferchaos", "cleanup"])

@@ -87,7 +87,7 @@ def main() -> None:
             _import(args)
         else:
             _arm_tripwires()
-            from inferchaos.experiments.cli import main as cli_main
+            from inferchaos.cli.main import main as cli_main
 
             sys.argv = ["inferchaos", *args]
             cli_main()

@@ -80,7 +80,7 @@ def team_rules(tmp_path: Path) -> Iterator[str]:
 
 def alerts_check(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "alerts", "check", "--prometheus", url, *args],
+        [sys.executable, "-m", "inferchaos.cli.main", "alerts", "check", "--prometheus", url, *args],
         env={**os.environ, "COLUMNS": "200"},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -32,7 +32,7 @@ def test_run_on_an_unknown_target_exits_2_naming_it_and_the_known_replicas(
     assert known and "replica-9" not in known, known
     out = tmp_path / "runs"
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(BAD_TARGET), "--out", str(out)],
+        [sys.executable, "-m", "inferchaos.cli.main", "run", str(BAD_TARGET), "--out", str(out)],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
         capture_output=True,
         text=True,
@@ -63,7 +63,7 @@ def test_a_partition_of_a_worker_that_does_not_exist_exits_2_and_makes_nothing(
     before = sorted(host_names())
     out = tmp_path / "runs"
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(UNKNOWN_WORKER), "--out", str(out)],
+        [sys.executable, "-m", "inferchaos.cli.main", "run", str(UNKNOWN_WORKER), "--out", str(out)],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

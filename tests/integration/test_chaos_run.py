@@ -1,7 +1,7 @@
 """Every local experiment run by Chaos Toolkit's own `chaos run`, on the real environment.
 
 A plain `chaos run` judges every SLO of the experiment in its steady-state hypothesis
-(experiments/ctk_live.py): the baseline and recovery ones before the method and after it, the
+(inferchaos/ctk/live.py): the baseline and recovery ones before the method and after it, the
 during-phase ones after it, over what the method's background sampler took while the fault
 acted. It plays the rollbacks with ``--rollback-strategy=always``. This is each scenario's one
 run on the healthy platform (test_scenarios.py runs a few through the inferchaos runner too);
@@ -20,9 +20,9 @@ from chaos_cli import assert_nothing_left, chaos_run
 from env_checks import skip_unless_it_can_run, wait_until_whole
 
 from inferchaos.environments.local.env import LocalEnvironment
-from inferchaos.experiments.suites import SUITES
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
+from inferchaos.run.suites import SUITES
 
 pytestmark = pytest.mark.integration
 

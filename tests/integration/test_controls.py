@@ -89,7 +89,7 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
     skip_unless_it_can_run(scenario, local_env)
     wait_until_whole(local_env)
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(CONTROLS / f"{scenario}.yaml"),
+        [sys.executable, "-m", "inferchaos.cli.main", "run", str(CONTROLS / f"{scenario}.yaml"),
          "--out", str(tmp_path)],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
         capture_output=True, text=True, timeout=900,

@@ -153,7 +153,7 @@ def test_cleanup_after_kill_9_restores_the_environment(
     ledger = Ledger(integration_home / "ledger")
     env = {**os.environ, "INFERCHAOS_HOME": str(integration_home)}
     runner = subprocess.Popen(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(experiment), "--out", str(tmp_path)],
+        [sys.executable, "-m", "inferchaos.cli.main", "run", str(experiment), "--out", str(tmp_path)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
@@ -171,7 +171,7 @@ def test_cleanup_after_kill_9_restores_the_environment(
     assert not ledger.is_empty(), "a runner killed with -9 cannot have reverted anything"
 
     cleanup = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "cleanup"],
+        [sys.executable, "-m", "inferchaos.cli.main", "cleanup"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     print(f"{case}: cleanup rc {cleanup.returncode}: {cleanup.stdout[-1500:]}")

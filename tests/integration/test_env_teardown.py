@@ -37,7 +37,7 @@ def test_env_down_from_the_cli_leaves_no_process(local_env: LocalEnvironment, in
     if ray.is_initialized():
         ray.shutdown()
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "env", "down"],
+        [sys.executable, "-m", "inferchaos.cli.main", "env", "down"],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
         capture_output=True,
         text=True,

@@ -43,7 +43,7 @@ EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "gcs_loss.yam
 
 def _cli(args: list[str], home: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", *args],
+        [sys.executable, "-m", "inferchaos.cli.main", *args],
         env={**os.environ, "INFERCHAOS_HOME": str(home)}, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
 
@@ -158,7 +158,7 @@ def test_cleanup_after_kill_9_of_the_runner_mid_outage_restarts_the_gcs(
     assert ledger.is_empty()
     nodes_before = _alive_node_ids(gcs_env)
     runner = subprocess.Popen(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(EXPERIMENT), "--out", str(tmp_path)],
+        [sys.executable, "-m", "inferchaos.cli.main", "run", str(EXPERIMENT), "--out", str(tmp_path)],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip

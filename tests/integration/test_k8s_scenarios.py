@@ -22,12 +22,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from inferchaos.cli.main import cli
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.env import LocalEnvironment
-from inferchaos.experiments.cli import cli
-from inferchaos.experiments.runner import RunOptions, run_experiment
-from inferchaos.experiments.spec import load_and_validate
 from inferchaos.faults.ledger import Ledger
+from inferchaos.run.runner import RunOptions, run_experiment
+from inferchaos.run.spec import load_and_validate
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_doubles import FakeRuntime
 from tests.fakes.k8s_objects import WORKERS

@@ -125,7 +125,7 @@ def test_env_up_on_a_subnet_that_overlaps_a_host_route_exits_2_before_anything_s
     before = sorted(host_names())
     home = tmp_path / "home"
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "env", "up", "--network", "netns",
+        [sys.executable, "-m", "inferchaos.cli.main", "env", "up", "--network", "netns",
          "--subnet", str(taken), "--front-door-port", "18397"],
         env={**os.environ, "INFERCHAOS_HOME": str(home)}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

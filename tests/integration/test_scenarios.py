@@ -29,7 +29,7 @@ SCENARIOS = ["kv_flood", "strict_pg_stall", "slow_link", "node_loss"]
 
 def _inferchaos(args: list[str], home: Path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", *args],
+        [sys.executable, "-m", "inferchaos.cli.main", *args],
         env={**os.environ, "INFERCHAOS_HOME": str(home)},
         capture_output=True,
         text=True,
@@ -84,7 +84,7 @@ def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
         [
             sys.executable,
             "-m",
-            "inferchaos.experiments.cli",
+            "inferchaos.cli.main",
             "run",
             str(EXPERIMENTS / "actor_leak.yaml"),
             "--out",

@@ -195,7 +195,7 @@ def fake_server() -> Iterator[FakeOpenAIServer]:
 def test_locust_runs_the_installed_locustfile_and_writes_into_the_run_folder(
     installed: Installed, package_dir: Path, fake_server: FakeOpenAIServer
 ) -> None:
-    locustfile = package_dir / "experiments" / "locustfile.py"
+    locustfile = package_dir / "load" / "locustfile.py"
     assert locustfile.is_file()
     before = sorted(
         str(p.relative_to(package_dir)) for p in package_dir.rglob("*") if "__pycache__" not in p.parts
@@ -203,7 +203,7 @@ def test_locust_runs_the_installed_locustfile_and_writes_into_the_run_folder(
     # As `inferchaos run --load` does: a relative run folder under the current directory.
     code = (
         "import json; from pathlib import Path; "
-        "from inferchaos.experiments.load import LOCUSTFILE, LoadOptions, LocustLoad; "
+        "from inferchaos.load.locust_runner import LOCUSTFILE, LoadOptions, LocustLoad; "
         f"load = LocustLoad({fake_server.url!r}, Path('runs/kv_flood/load/locust'), LoadOptions(users=1, spawn_rate=1)); "
         "load.start(); code = load.stop(); "
         "print(json.dumps({'locustfile': str(LOCUSTFILE), 'argv': load.argv(), 'code': code}))"

@@ -14,16 +14,16 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from inferchaos.environments.local.prometheus_server import local_alert_labels
-from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
-from inferchaos.experiments.alerts_check import (
+from inferchaos.cli.alerts_check import (
     AlertsCheck,
     coverage,
     prometheus_base_url,
     query_reads,
     suite_faults,
 )
-from inferchaos.experiments.cli import cli, main
+from inferchaos.cli.main import cli, main
+from inferchaos.environments.local.prometheus_server import local_alert_labels
+from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
 from inferchaos.primitives.alert_rules import CLUSTER, AlertLabels, alert_rules_document, alerts
 from inferchaos.primitives.prometheus_api import PromRule, rules_of
 

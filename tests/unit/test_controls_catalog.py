@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from inferchaos.experiments.controls import SabotageAt, control_path, load_control
-from inferchaos.experiments.suites import SUITES, suite_paths
 from inferchaos.faults.registry import get_fault
 from inferchaos.layers import Layer
+from inferchaos.run.controls import SabotageAt, control_path, load_control
+from inferchaos.run.suites import SUITES, suite_paths
 
 # The layer each control's break must be found in: the layer of what it broke.
 EXPECTED_LAYER = {

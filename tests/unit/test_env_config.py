@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
+from inferchaos.run.env_config import AllowList, ensure_plan_is_allowed, load_env_config
 
 
 def test_kind_and_cluster_have_no_default_allow_list(tmp_path: Path) -> None:

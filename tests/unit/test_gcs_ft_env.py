@@ -27,7 +27,7 @@ from inferchaos.environments.local.ray_cluster import (
 from inferchaos.environments.local.redis_store import GCS_RECONNECT_TIMEOUT_S, RedisRecord, gcs_ft_env
 from inferchaos.environments.local.state import LocalEnvState
 from inferchaos.errors import ConfigError
-from inferchaos.experiments.suites import SUITES, ensure_suite_fits_env
+from inferchaos.run.suites import SUITES, ensure_suite_fits_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def _cli(args: list[str], home: Path, path: str | None = None) -> subprocess.Com
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", *args],
+        [sys.executable, "-m", "inferchaos.cli.main", *args],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 

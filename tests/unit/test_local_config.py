@@ -45,7 +45,7 @@ def test_kv_cache_bytes_give_the_requested_tokens() -> None:
 def _run_cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "INFERCHAOS_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", *args],
+        [sys.executable, "-m", "inferchaos.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,

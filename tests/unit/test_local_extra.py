@@ -71,9 +71,9 @@ def test_the_package_imports_without_looking_for_the_extra(tmp_path: Path) -> No
     child = _without_extra(
         tmp_path,
         "import",
-        "inferchaos.experiments.cli",
-        "inferchaos.experiments.pytest_plugin",
-        "inferchaos.experiments.runner",
+        "inferchaos.cli.main",
+        "inferchaos.pytest_plugin",
+        "inferchaos.run.runner",
         "inferchaos.faults.actions",
         "inferchaos.reports.render",
         "inferchaos.environments.k8s_env",

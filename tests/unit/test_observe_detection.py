@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from inferchaos.experiments.observe import FaultWatch, detection_table
+from inferchaos.cli.observe import FaultWatch, detection_table
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer

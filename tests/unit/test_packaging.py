@@ -47,7 +47,10 @@ def test_every_layer_is_inside_the_namespace(wheel: zipfile.ZipFile) -> None:
         "inferchaos/faults/ray/node.py",
         "inferchaos/steady_state/sampler.py",
         "inferchaos/environments/local/env.py",
-        "inferchaos/experiments/cli.py",
+        "inferchaos/cli/main.py",
+        "inferchaos/run/runner.py",
+        "inferchaos/ctk/providers.py",
+        "inferchaos/load/locustfile.py",
         "inferchaos/reports/html.py",
         "inferchaos/primitives/processes.py",
         "inferchaos/experiments/kv_flood.yaml",
@@ -56,10 +59,15 @@ def test_every_layer_is_inside_the_namespace(wheel: zipfile.ZipFile) -> None:
         assert module in names, module
 
 
+def test_the_experiments_folder_holds_experiments_not_code(wheel: zipfile.ZipFile) -> None:
+    code = [n for n in wheel.namelist() if n.startswith("inferchaos/experiments/") and n.endswith(".py")]
+    assert code == ["inferchaos/experiments/__init__.py"]
+
+
 def test_entry_points_name_the_namespace(wheel: zipfile.ZipFile) -> None:
     entry_points = _dist_info(wheel, "entry_points.txt")
-    assert "inferchaos = inferchaos.experiments.cli:main" in entry_points
-    assert "inferchaos = inferchaos.experiments.pytest_plugin" in entry_points
+    assert "inferchaos = inferchaos.cli.main:main" in entry_points
+    assert "inferchaos = inferchaos.pytest_plugin" in entry_points
 
 
 def test_a_plain_install_requires_neither_torch_nor_vllm(wheel: zipfile.ZipFile) -> None:
@@ -91,6 +99,7 @@ def test_the_kind_environment_ships_whole_with_its_scripts_executable(wheel: zip
 def test_every_experiment_control_and_the_locustfile_ship(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     shipped = [n for n in _tracked("experiments") if n.endswith((".yaml", ".py"))]
-    assert "experiments/controls/kv_flood.yaml" in shipped and "experiments/locustfile.py" in shipped
+    assert "experiments/controls/kv_flood.yaml" in shipped
     for name in shipped:
         assert f"inferchaos/{name}" in names, name
+    assert "inferchaos/load/locustfile.py" in names

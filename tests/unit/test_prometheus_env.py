@@ -52,7 +52,7 @@ def test_env_up_prometheus_without_prometheus_says_what_to_install_and_starts_no
     bare.mkdir()
     assert shutil.which("prometheus", path=str(bare)) is None
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "env", "up", "--prometheus"],
+        [sys.executable, "-m", "inferchaos.cli.main", "env", "up", "--prometheus"],
         env={**os.environ, "INFERCHAOS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO), "PATH": str(bare)},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -94,7 +94,7 @@ def test_the_rules_prometheus_evaluates_are_those_of_the_probes_built_from_its_s
     assert scrape_config(tmp_path, rules_file=rules)["rule_files"] == [str(rules)]
     assert "rule_files" not in scrape_config(tmp_path)
     status = PrometheusRecord(pid=7, port=61191, log_path="p.log", targets_dir=str(tmp_path)).status()
-    # What experiments/probes.py builds from the environment's status.
+    # What inferchaos/run/probes.py builds from the environment's status.
     probes = PromVllmSelector(
         replica_label=status.replica_label,
         matchers=status.matchers,

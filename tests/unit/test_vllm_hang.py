@@ -328,7 +328,7 @@ def test_cleanup_resumes_what_a_killed_injector_left_stopped(
     assert entry["fault"] == "vllm.hang_engine" and entry["env"] == "fake-local"
 
     done = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "cleanup"],
+        [sys.executable, "-m", "inferchaos.cli.main", "cleanup"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -564,7 +564,7 @@ def test_cleanup_resumes_what_a_killed_duty_cycle_left_stopped(
     assert entry["fault"] == "vllm.slow_engine" and entry["state"]["mechanism"] == "duty_cycle"
 
     done = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "cleanup"],
+        [sys.executable, "-m", "inferchaos.cli.main", "cleanup"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -105,7 +105,7 @@ def test_cleanup_after_kill_9_restores_the_cluster(
         )
     )
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "cleanup", "--config", str(config)],
+        [sys.executable, "-m", "inferchaos.cli.main", "cleanup", "--config", str(config)],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -114,7 +114,7 @@ def test_cleanup_after_kill_9_restores_the_cluster(
     assert all(runtime.running(w) for w in WORKERS)
     # Idempotent: a second cleanup finds nothing to revert.
     again = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "cleanup", "--config", str(config)],
+        [sys.executable, "-m", "inferchaos.cli.main", "cleanup", "--config", str(config)],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert again.returncode == 0 and "nothing to revert" in again.stdout, again.stdout + again.stderr

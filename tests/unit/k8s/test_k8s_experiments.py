@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from inferchaos.experiments.probes import k8s_probe_of
-from inferchaos.experiments.runner import Runner, RunOptions
-from inferchaos.experiments.spec import load_and_validate
 from inferchaos.faults.ledger import Ledger
+from inferchaos.run.probes import k8s_probe_of
+from inferchaos.run.runner import Runner, RunOptions
+from inferchaos.run.spec import load_and_validate
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryPace
 from tests.fakes.apiserver import FakeApiServer, FakeCluster

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from inferchaos.experiments.cli import main
-from inferchaos.experiments.preflight import PreflightReport
-from inferchaos.experiments.probes import k8s_probe_of
-from inferchaos.experiments.suites import SUITES
+from inferchaos.cli.main import main
 from inferchaos.faults.ledger import Ledger
+from inferchaos.run.preflight import PreflightReport
+from inferchaos.run.probes import k8s_probe_of
+from inferchaos.run.suites import SUITES
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryPace
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
@@ -49,11 +49,11 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
         built, canary = fakes(environment, pace, named)
         return [*built, k8s_probe_of(environment)], canary
 
-    monkeypatch.setattr("inferchaos.experiments.cli.K8sEnvironment", ClusterWithFakeRay)
-    monkeypatch.setattr("inferchaos.experiments.cli.build_probes", probes)
+    monkeypatch.setattr("inferchaos.cli.main.K8sEnvironment", ClusterWithFakeRay)
+    monkeypatch.setattr("inferchaos.cli.main.build_probes", probes)
     # Ray and vLLM do not answer over HTTP here, so the preflight (test_k8s_preflight.py runs it
     # against every layer) is taken as passed; what it was asked to check is kept.
-    monkeypatch.setattr("inferchaos.experiments.cli.ensure_preflight_passes", _passed_preflight)
+    monkeypatch.setattr("inferchaos.cli.main.ensure_preflight_passes", _passed_preflight)
 
 
 PREFLIGHT_FAULTS: list[list[str]] = []

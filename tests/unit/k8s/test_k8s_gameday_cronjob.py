@@ -14,11 +14,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from inferchaos.cli.main import cli
 from inferchaos.environments.k8s_config import load_k8s_env_config
-from inferchaos.experiments.cli import cli
-from inferchaos.experiments.kube_access import needed_access
 from inferchaos.faults.registry import fault_names
 from inferchaos.primitives.kube.access import KubeAccess
+from inferchaos.run.kube_access import needed_access
 from tests.fakes.k8s_models import as_manifest, as_model, manifest_documents, model_name
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -125,7 +125,7 @@ def _grants(rules: list[dict[str, Any]], access: KubeAccess) -> bool:
 
 
 def test_rbac_grants_every_access_of_the_k8s_faults_but_delete_nodes() -> None:
-    """What the game day's preflight asks for (experiments/kube_access.py), granted by the manifest."""
+    """What the game day's preflight asks for (inferchaos/run/kube_access.py), granted by the manifest."""
     config = load_k8s_env_config(EXAMPLE_CONFIG, "cluster")
     role = find("Role")
     faults = [n for n in fault_names() if n.startswith("k8s.") and n != "k8s.delete_node"]

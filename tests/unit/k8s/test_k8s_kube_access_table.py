@@ -1,4 +1,4 @@
-"""The table of kube accesses (experiments/kube_access.py) against what the code really sends.
+"""The table of kube accesses (inferchaos/run/kube_access.py) against what the code really sends.
 
 Every Kubernetes fault (plan, inject, evidence, revert), the k8s probe and the driver run
 against the fake API server; each request they send is turned back into (verb, resource,
@@ -15,7 +15,11 @@ import pytest
 from kubernetes.client import ApiClient
 
 from inferchaos.environments.k8s_env import K8sEnvironment
-from inferchaos.experiments.kube_access import (
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import get_fault
+from inferchaos.primitives.kube.access import KubeAccess
+from inferchaos.primitives.kube.client import K8sTarget
+from inferchaos.run.kube_access import (
     DRIVER,
     KUBE_NEEDS,
     PREFLIGHT,
@@ -24,10 +28,6 @@ from inferchaos.experiments.kube_access import (
     Scope,
     needed_access,
 )
-from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.registry import get_fault
-from inferchaos.primitives.kube.access import KubeAccess
-from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.steady_state.k8s import K8sProbe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster, RecordedRequest
 from tests.fakes.k8s_doubles import FakeRuntime, KindEnv
@@ -72,7 +72,7 @@ def _check(caller: str, requests: list[RecordedRequest]) -> None:
         access = access_of(request)
         rows = _covering(access, caller)
         assert rows, (
-            f"{caller} made {access.describe()}, which no row of experiments/kube_access.py names it for"
+            f"{caller} made {access.describe()}, which no row of inferchaos/run/kube_access.py names it for"
         )
         USED.setdefault(caller, set()).update(rows)
 

@@ -1,4 +1,4 @@
-"""`inferchaos env check` (experiments/preflight.py) through the real CLI, every layer faked at HTTP.
+"""`inferchaos env check` (inferchaos/run/preflight.py) through the real CLI, every layer faked at HTTP.
 
 The kube API is the fake API server (SelfSubjectAccessReviews, the KubeRay CRD, the vLLM Pods);
 the Ray dashboard and each vLLM replica's /metrics are small aiohttp servers answering recorded
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferchaos.experiments.cli import main
+from inferchaos.cli.main import main
 from inferchaos.primitives.vllm_metrics import KV_USAGE
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import NS, WORKERS, raycluster_crd

@@ -1,4 +1,4 @@
-"""`locust -f experiments/locustfile.py --chaos ...`: a chaos run started and interrupted by Locust.
+"""`locust -f inferchaos/load/locustfile.py --chaos ...`: a chaos run started and interrupted by Locust.
 
 The chaos command is pointed (``--chaos-command``) at a fake child that records when it
 started, its arguments, and when it got SIGINT.

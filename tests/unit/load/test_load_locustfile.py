@@ -1,4 +1,4 @@
-"""experiments/locustfile.py run headless against fake OpenAI servers: metrics, model, shapes."""
+"""inferchaos/load/locustfile.py run headless against fake OpenAI servers: metrics, model, shapes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from inferchaos.experiments.load import LOAD_PROFILES
+from inferchaos.load.locust_runner import LOAD_PROFILES
 from tests.fakes.locust_runs import FLAKY_MODEL, LOCUSTFILE, REPO, Runs
 from tests.fakes.openai_server import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import ProbeError
-from inferchaos.experiments.load import HistoryReader, LoadProbe, LocustLoad, history_samples
 from inferchaos.layers import Layer
+from inferchaos.load.locust_runner import HistoryReader, LoadProbe, LocustLoad, history_samples
 from tests.fakes.locust_runs import Runs
 
 HEADER = (

@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments import load as load_module
-from inferchaos.experiments.load import (
+from inferchaos.layers import Layer
+from inferchaos.load import locust_runner as load_module
+from inferchaos.load.locust_runner import (
     LoadedCanary,
     LoadError,
     LoadOptions,
@@ -25,7 +26,6 @@ from inferchaos.experiments.load import (
     load_probe_factory,
     stop_process_group,
 )
-from inferchaos.layers import Layer
 from inferchaos.primitives.processes import spawn_process_group
 from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.canary import CanaryPace

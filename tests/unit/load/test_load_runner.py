@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from inferchaos.experiments.load import LoadedCanary, LoadOptions, load_probe_factory
-from inferchaos.experiments.runner import Runner, RunOptions
-from inferchaos.experiments.verdict import Status, Verdict
+from inferchaos.load.locust_runner import LoadedCanary, LoadOptions, load_probe_factory
 from inferchaos.primitives.env_status import EnvStatus
+from inferchaos.run.runner import Runner, RunOptions
+from inferchaos.run.verdict import Status, Verdict
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline

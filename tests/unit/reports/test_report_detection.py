@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from inferchaos.experiments.verdict import Status, Verdict
 from inferchaos.reports.errors import ReportError
 from inferchaos.reports.load import load_run, load_verdict
 from inferchaos.reports.render import render_run
+from inferchaos.run.verdict import Status, Verdict
 from inferchaos.steady_state.detection import SignalDetection
 from tests.fakes.report_runs import edit_json, read_json
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import FaultError
-from inferchaos.experiments.spec import ExperimentSpec
+from inferchaos.run.spec import ExperimentSpec
 from tests.fakes.runner import (
     EXPERIMENT_SECRET,
     LONG_DURING_S,

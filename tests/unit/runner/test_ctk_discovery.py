@@ -51,8 +51,8 @@ def test_chaos_discover_lists_every_activity_the_experiments_name_and_touches_no
         a["name"] for a in flood["arguments"]
     }
     assert listed[("inferchaos.faults.vllm.actions", "rollback_flood_kv_cache")]["type"] == "action"
-    assert listed[("inferchaos.experiments.ctk_slo", "slo_observed")]["type"] == "probe"
+    assert listed[("inferchaos.run.hypothesis", "slo_observed")]["type"] == "probe"
     # Helpers that are no activity stay out.
-    assert ("inferchaos.experiments.ctk_slo", "value_decides") not in listed
+    assert ("inferchaos.run.hypothesis", "value_decides") not in listed
     assert discovery["system"]["local"] is None and "inferchaos env up" in discovery["system"]["reason"]
     assert not (tmp_path / "home" / "env").exists()

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from inferchaos.experiments.ctk_live import sampled, slo_live, slo_met
-from inferchaos.experiments.spec import ROLLBACK_PREFIX, ensure_experiment_is_valid, load_experiment
+from inferchaos.ctk.live import sampled, slo_live, slo_met
+from inferchaos.run.spec import ROLLBACK_PREFIX, ensure_experiment_is_valid, load_experiment
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.timeline import Row, Timeline, TimelineWriter
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import ProbeError
-from inferchaos.experiments.ctk_slo import slo_holds, slo_observed, value_decides
+from inferchaos.run.hypothesis import slo_holds, slo_observed, value_decides
 from inferchaos.steady_state.timeline import Row, Timeline, TimelineWriter
 
 SLO = {"name": "availability", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments.spec import ensure_experiment_is_valid, load_and_validate
+from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
 
 REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "tests" / "fixtures" / "bad_experiments"
@@ -136,7 +136,7 @@ def _inferchaos(args: list[str], workdir: Path) -> CliResult:
     workdir.mkdir(parents=True)
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", *args, "--out", str(out)],
+        [sys.executable, "-m", "inferchaos.cli.main", *args, "--out", str(out)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     return CliResult(done.returncode, done.stdout, done.stderr, home, out)

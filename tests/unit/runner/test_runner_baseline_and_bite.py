@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import EnvironmentError_
-from inferchaos.experiments.runner import RunOptions, run_experiment
-from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
+from inferchaos.run.runner import RunOptions, run_experiment
+from inferchaos.run.verdict import Status
 from tests.fakes.runner import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
 
 

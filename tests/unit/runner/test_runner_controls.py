@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from inferchaos.experiments.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
-from inferchaos.experiments.spec import ExperimentSpec
-from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
+from inferchaos.run.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
+from inferchaos.run.spec import ExperimentSpec
+from inferchaos.run.verdict import Status
 from tests.fakes.runner import FAKE_SABOTAGE, RunResult, World, make_spec, run_cleanup, run_fake_experiment
 
 # The fault hurts the platform while it is in place: a queue in vLLM, slow first tokens.
@@ -122,7 +122,7 @@ def test_ctrl_c_during_a_held_recovery_reverts_everything_once(
 
 def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path: Path) -> None:
     from inferchaos.errors import ConfigError
-    from inferchaos.experiments.controls import load_control
+    from inferchaos.run.controls import load_control
 
     scenario = Path(__file__).resolve().parents[3] / "experiments" / "kv_flood.yaml"
     cases = {

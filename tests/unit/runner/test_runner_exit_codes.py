@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import inferchaos.experiments.cli as cli
-from inferchaos.experiments.spec import load_and_validate
-from inferchaos.experiments.verdict import EXIT_INTERRUPTED, Status, Verdict
+import inferchaos.cli.main as cli
+from inferchaos.run.spec import load_and_validate
+from inferchaos.run.verdict import EXIT_INTERRUPTED, Status, Verdict
 from tests.fakes.runner import FakeEnv, RunResult
 
 REPO = Path(__file__).resolve().parents[3]
@@ -81,7 +81,7 @@ def test_cli_maps_verdicts_to_their_exit_code(
 
 def _inferchaos(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "inferchaos.experiments.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "inferchaos.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 

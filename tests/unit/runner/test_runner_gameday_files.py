@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from inferchaos.cli import main as cli
 from inferchaos.errors import EnvironmentError_
-from inferchaos.experiments import cli
-from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
 from inferchaos.faults.base import FaultPlan
 from inferchaos.layers import Layer
+from inferchaos.run.spec import ExperimentSpec, load_and_validate
 from tests.fakes.report_runs import FIXTURE_RUNS
 from tests.fakes.runner import FakeEnv
 

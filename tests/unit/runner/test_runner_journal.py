@@ -17,8 +17,8 @@ from chaoslib.extension import get_extension
 from chaoslib.hypothesis import ensure_hypothesis_is_valid, run_steady_state_hypothesis
 from chaoslib.run import EventHandlerRegistry
 
-from inferchaos.experiments.journal import EXTENSION
 from inferchaos.reports.load import load_journal
+from inferchaos.run.journal import EXTENSION
 from tests.fakes.chaoslib_reference import failed_hypothesis, reference_journal
 from tests.fakes.runner import RunResult
 

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
+from inferchaos.cli import main as cli
 from inferchaos.errors import ConfigError, PlatformDidNotRecover
-from inferchaos.experiments import cli
-from inferchaos.experiments.spec import ensure_experiment_is_valid, load_and_validate
-from inferchaos.experiments.verdict import Status
 from inferchaos.faults.base import RevertWait
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm.flood import NAME as FLOOD
+from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
+from inferchaos.run.verdict import Status
 from tests.fakes.runner import (
     FAKE_FAULT,
     FakeEnv,
@@ -165,7 +165,7 @@ def test_inferchaos_run_refuses_it_in_one_line_with_exit_2(tmp_path: Path) -> No
     home, out = tmp_path / "home", tmp_path / "runs"
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", "run", str(path), "--out", str(out)],
+        [sys.executable, "-m", "inferchaos.cli.main", "run", str(path), "--out", str(out)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     lines = [line for line in done.stderr.splitlines() if line.strip()]

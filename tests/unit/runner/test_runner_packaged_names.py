@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments import packaged
-from inferchaos.experiments.packaged import EXPERIMENTS_DIR, packaged_experiments, resolve_experiment
-from inferchaos.experiments.suites import SUITES
+from inferchaos.run import packaged
+from inferchaos.run.packaged import EXPERIMENTS_DIR, packaged_experiments, resolve_experiment
+from inferchaos.run.suites import SUITES
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -34,7 +34,7 @@ def _inferchaos(cwd: Path, *args: str) -> Cli:
     """The real CLI in ``cwd`` (an empty folder: nothing there to find by accident), no environment up."""
     env = {**os.environ, "INFERCHAOS_HOME": str(cwd / "home"), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "inferchaos.experiments.cli", *args],
+        [sys.executable, "-m", "inferchaos.cli.main", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return Cli(done.returncode, done.stdout, done.stderr)
@@ -50,7 +50,8 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_packaged_experiments_are_beside_the_installed_module() -> None:
-    assert EXPERIMENTS_DIR == Path(packaged.__file__).resolve().parent
+    # The experiments' own package, beside the code's: inferchaos/experiments in a wheel.
+    assert EXPERIMENTS_DIR == (Path(packaged.__file__).resolve().parents[1] / "experiments").resolve()
     assert (EXPERIMENTS_DIR / "kv_flood.yaml").is_file()
 
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from inferchaos.experiments import cli
-from inferchaos.experiments.spec import ExperimentSpec
-from inferchaos.experiments.verdict import Status
+from inferchaos.cli import main as cli
 from inferchaos.faults.ledger import Ledger
+from inferchaos.run.spec import ExperimentSpec
+from inferchaos.run.verdict import Status
 from tests.fakes.runner import (
     FAKE_FAULT,
     LONG_DURING_S,

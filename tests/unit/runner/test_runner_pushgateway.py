@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferchaos.cli import main as cli
 from inferchaos.errors import ConfigError
-from inferchaos.experiments import cli
-from inferchaos.experiments.spec import load_and_validate
 from inferchaos.primitives.processes import free_port
 from inferchaos.reports.pushgateway import pushgateway_url
+from inferchaos.run.spec import load_and_validate
 from tests.fakes.report_runs import FIXTURE_RUNS, read_json
 from tests.fakes.runner import FakeEnv, RunResult
 from tests.skips import require

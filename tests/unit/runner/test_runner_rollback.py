@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from inferchaos.experiments.verdict import Status
 from inferchaos.faults.ledger import Ledger
+from inferchaos.run.verdict import Status
 from tests.fakes.runner import (
     FAKE_FAULT,
     LONG_DURING_S,

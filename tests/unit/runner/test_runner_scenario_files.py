@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments.spec import ensure_experiment_is_valid, load_and_validate
 from inferchaos.faults.base import TypedFault
 from inferchaos.faults.registry import fault_names, get_fault
+from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
 
 REPO = Path(__file__).resolve().parents[3]
 CHAOS = REPO / ".venv" / "bin" / "chaos"

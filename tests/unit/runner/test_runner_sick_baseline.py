@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from inferchaos.experiments import ctk_live
-from inferchaos.experiments.verdict import Status
+from inferchaos.ctk import live as ctk_live
 from inferchaos.primitives.capabilities import SaneBaseline
+from inferchaos.run.verdict import Status
 from inferchaos.steady_state.baseline_gate import SickBaseline
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.timeline import Row, Timeline

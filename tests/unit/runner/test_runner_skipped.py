@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from inferchaos.experiments import cli
-from inferchaos.experiments.controls import load_control
-from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
-from inferchaos.experiments.verdict import Status, Verdict
+from inferchaos.cli import main as cli
 from inferchaos.primitives.memory_budget import CGROUP_ROOT_ENV
+from inferchaos.run.controls import load_control
+from inferchaos.run.spec import ExperimentSpec, load_and_validate
+from inferchaos.run.verdict import Status, Verdict
 from tests.fakes.runner import FakeLocalEnvironment, FakeProbeFactory, World, make_spec
 
 REPO = Path(__file__).resolve().parents[3]

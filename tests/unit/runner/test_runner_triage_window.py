@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import inferchaos.experiments.runner as runner_module
-from inferchaos.experiments.verdict import Status
+import inferchaos.run.runner as runner_module
+from inferchaos.run.verdict import Status
 from tests.fakes.runner import FaultScript, World, make_spec, run_fake_experiment
 
 

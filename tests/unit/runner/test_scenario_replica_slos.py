@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
+from inferchaos.run.spec import ExperimentSpec, load_and_validate
 from inferchaos.steady_state.slo import Phase
 
 REPO = Path(__file__).resolve().parents[3]

@@ -338,7 +338,7 @@ def test_a_request_stuck_at_baseline_is_traced_to_the_replica_that_held_it(synth
 
 
 def test_a_plain_chaos_run_reads_the_same_platform_failures_off_its_timeline(synth: Synth) -> None:
-    """What `chaos run`'s sampler reports (experiments/ctk_live.py): nothing on a healthy
+    """What `chaos run`'s sampler reports (inferchaos/ctk/live.py): nothing on a healthy
     platform; a replica frozen for good at the revert after the method; one hung from the
     start before it."""
     state = PlatformSteadyState(TIMEOUT_S)

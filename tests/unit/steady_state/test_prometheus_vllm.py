@@ -21,7 +21,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from inferchaos.errors import ProbeError
-from inferchaos.experiments.probes import vllm_probes
 from inferchaos.primitives.env_status import (
     EnvStatus,
     FrontDoorStatus,
@@ -34,6 +33,7 @@ from inferchaos.primitives.env_status import (
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries, vector_of
 from inferchaos.primitives.vllm_promql import RECORDED, RULE_GROUP, Focus, merge_parts
+from inferchaos.run.probes import vllm_probes
 from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
     CACHE_INFO,

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments.spec import ensure_experiment_is_valid, load_and_validate
+from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.evaluation import evaluate
 from inferchaos.steady_state.slo import (

@@ -12,7 +12,7 @@ from inferchaos.faults import actions
 from inferchaos.faults.actions import Configuration, Secrets, open_local_environment
 from inferchaos.primitives.openai_stream import stream_completion
 
-# What Chaos Toolkit's discovery lists (experiments/discovery.py).
+# What Chaos Toolkit's discovery lists (inferchaos/ctk/discovery.py).
 __all__ = ["environment_status", "fault_effect", "front_door_serves", "healthy_replicas"]
 
 

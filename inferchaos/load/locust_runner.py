@@ -1,7 +1,7 @@
 """Locust load during a chaos run: Locust in its own process group, read back as ``load.*`` probes.
 
 Locust patches its process with gevent on import, so it never runs inside the runner: the
-runner starts ``python -m locust -f experiments/locustfile.py`` as a separate process group
+runner starts ``python -m locust -f inferchaos/load/locustfile.py`` as a separate process group
 (:class:`LocustLoad`), and :class:`LoadProbe` reads the stats history CSV that Locust appends
 to every second. :func:`load_probe_factory` plugs both into ``Runner(probe_factory=...)``.
 """
@@ -24,17 +24,17 @@ from typing import Protocol, runtime_checkable
 import psutil
 
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
-from inferchaos.experiments.probes import ProbeFactory, build_probes
 from inferchaos.layers import Layer
 from inferchaos.paths import state_root
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.primitives.processes import spawn_process_group
+from inferchaos.run.probes import ProbeFactory, build_probes
 from inferchaos.steady_state.base import Canary, Probe, Sample
 from inferchaos.steady_state.canary import CanaryPace
 
 logger = logging.getLogger(__name__)
 
-# Must match PROFILES in experiments/locustfile.py (a test checks Locust's own list of them);
+# Must match PROFILES in inferchaos/load/locustfile.py (a test checks Locust's own list of them);
 # that file cannot be imported here, because importing Locust patches the process with gevent.
 LOAD_PROFILES: tuple[str, ...] = ("steady", "ramp", "spike")
 # The installed locustfile (package data's neighbour), wherever the runner was started from.

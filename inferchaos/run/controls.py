@@ -33,17 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments.packaged import CONTROLS_DIR
-from inferchaos.experiments.spec import (
+from inferchaos.faults import registry
+from inferchaos.layers import TRIAGE_ORDER, Layer
+from inferchaos.params import InvalidValue, parse_params
+from inferchaos.run.packaged import CONTROLS_DIR
+from inferchaos.run.spec import (
     ExperimentSpec,
     check_fault_arguments,
     load_and_validate,
     load_experiment,
 )
-from inferchaos.experiments.verdict import NO_EFFECT
-from inferchaos.faults import registry
-from inferchaos.layers import TRIAGE_ORDER, Layer
-from inferchaos.params import InvalidValue, parse_params
+from inferchaos.run.verdict import NO_EFFECT
 from inferchaos.status import Status
 
 

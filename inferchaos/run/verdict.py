@@ -83,7 +83,7 @@ class Verdict:
     triage: dict[str, Any] = field(default_factory=dict)
     stop_condition: dict[str, Any] | None = None
     load: dict[str, Any] | None = None
-    # A negative control's outcome (experiments.controls.ControlOutcome.to_dict()); None for a scenario.
+    # A negative control's outcome (inferchaos.run.controls.ControlOutcome.to_dict()); None for a scenario.
     control: dict[str, Any] | None = None
     # Who noticed the fault and when: inferchaos' own judgement beside the platform's signals
     # (steady_state/detection.py); empty when nothing was injected.

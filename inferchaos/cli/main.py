@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from inferchaos.cli.alerts_check import AlertsCheck, check_alerts
 from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.environments.local.config import LocalEnvConfig
@@ -25,20 +26,24 @@ from inferchaos.environments.local.model import TinyModelSpec, ensure_model
 from inferchaos.environments.local.network import NETWORK_MODES
 from inferchaos.environments.local.progress_check import HealthCheck
 from inferchaos.errors import ConfigError, FaultError, InferchaosError, Unsupported
-from inferchaos.experiments.alerts_check import AlertsCheck, check_alerts
-from inferchaos.experiments.controls import ControlSpec, controls_of, is_control_file, load_control
-from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed, load_env_config
-from inferchaos.experiments.load import LOAD_PROFILES, load_probe_factory
-from inferchaos.experiments.packaged import resolve_experiment
-from inferchaos.experiments.preflight import (
+from inferchaos.faults.base import FaultPlan
+from inferchaos.faults.ledger import Ledger
+from inferchaos.faults.registry import get_fault
+from inferchaos.layers import K8S_ENVS, EnvName
+from inferchaos.load.locust_runner import LOAD_PROFILES, load_probe_factory
+from inferchaos.primitives.env_status import EnvStatus
+from inferchaos.run.controls import ControlSpec, controls_of, is_control_file, load_control
+from inferchaos.run.env_config import AllowList, ensure_plan_is_allowed, load_env_config
+from inferchaos.run.packaged import resolve_experiment
+from inferchaos.run.preflight import (
     PreflightFailed,
     PreflightReport,
     ensure_preflight_passes,
     run_preflight,
 )
-from inferchaos.experiments.probes import build_probes
-from inferchaos.experiments.progress import Progress
-from inferchaos.experiments.runner import (
+from inferchaos.run.probes import build_probes
+from inferchaos.run.progress import Progress
+from inferchaos.run.runner import (
     RunOptions,
     check_environment,
     describe_plan,
@@ -46,20 +51,15 @@ from inferchaos.experiments.runner import (
     plan_sabotage,
     run_experiment,
 )
-from inferchaos.experiments.spec import ExperimentSpec, load_and_validate
-from inferchaos.experiments.suites import (
+from inferchaos.run.spec import ExperimentSpec, load_and_validate
+from inferchaos.run.suites import (
     SUITES,
     default_suite,
     ensure_suite_fits_env,
     ensure_suite_matches_env,
     suite_paths,
 )
-from inferchaos.experiments.verdict import EXIT_INTERRUPTED, EXIT_STRICT_SKIP, Status, Verdict
-from inferchaos.faults.base import FaultPlan
-from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.registry import get_fault
-from inferchaos.layers import K8S_ENVS, EnvName
-from inferchaos.primitives.env_status import EnvStatus
+from inferchaos.run.verdict import EXIT_INTERRUPTED, EXIT_STRICT_SKIP, Status, Verdict
 from inferchaos.steady_state.detection import noticed_line
 
 logger = logging.getLogger(__name__)
@@ -546,7 +546,7 @@ def _run_one(
 
 LOAD_OPTION = click.option(
     "--load", "load", type=click.Choice(LOAD_PROFILES), default=None,
-    help="Run Locust (experiments/locustfile.py) with this load shape from before the baseline to the "
+    help="Run Locust (inferchaos/load/locustfile.py) with this load shape from before the baseline to the "
          "end of the recovery window, through the front door; sampled as load.* probes.",
 )  # fmt: skip
 
@@ -913,7 +913,7 @@ def _print_plans(planned: list[_PlannedRun], strict: bool = False) -> int:
 @OUT_OPTION
 def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) -> None:
     """Show a live table of the key probes per layer and write the timeline; injects nothing."""
-    from inferchaos.experiments.observe import observe
+    from inferchaos.cli.observe import observe
 
     if duration <= 0:
         raise ConfigError(f"--duration must be positive, got {duration}")

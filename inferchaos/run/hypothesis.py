@@ -1,6 +1,6 @@
 """An inferchaos SLO as a Chaos Toolkit hypothesis probe and tolerance.
 
-The journal of a run (experiments/journal.py) lists each SLO as a probe whose provider is
+The journal of a run (inferchaos/run/journal.py) lists each SLO as a probe whose provider is
 :func:`slo_observed` and whose tolerance is :func:`slo_holds`, so that chaoslib can replay
 the judgement from the run folder: run from that folder, the probe reads ``timeline.csv`` and
 returns the value the runner observed, and the tolerance says whether it met the threshold.
@@ -18,7 +18,7 @@ from inferchaos.steady_state.evaluation import evaluate_slo, recover
 from inferchaos.steady_state.slo import DEFAULT_CANARY_TIMEOUT_S, Op, ensure_slos_are_valid
 from inferchaos.steady_state.timeline import read_timeline
 
-# The probe and its tolerance, as Chaos Toolkit's discovery lists them (experiments/discovery.py).
+# The probe and its tolerance, as Chaos Toolkit's discovery lists them (inferchaos/ctk/discovery.py).
 __all__ = ["slo_holds", "slo_observed"]
 
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import httpx
 
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
-from inferchaos.experiments.spec import load_and_validate
-from inferchaos.experiments.suites import suite_paths
 from inferchaos.primitives.alert_rules import CLUSTER, Alert, AlertLabels, alerts
 from inferchaos.primitives.prometheus_api import PromRule, loaded_rules
 from inferchaos.primitives.vllm_metrics import OLDER_NAMES
+from inferchaos.run.spec import load_and_validate
+from inferchaos.run.suites import suite_paths
 from inferchaos.urls import http_base_url
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 The mapping (docs/experiments.md "Game days and experiments", the journal): the baseline SLOs are the
 ``before`` hypothesis, the during SLOs the one ``during`` hypothesis, the recovery SLOs the
-``after`` hypothesis; each SLO is one probe (experiments/ctk_slo.py) whose output is the value
+``after`` hypothesis; each SLO is one probe (inferchaos/run/hypothesis.py) whose output is the value
 observed. The fault's inject is ``run[0]``, its revert ``rollbacks[0]``. inferchaos' own
 figures (the verdict) are the ``inferchaos`` extension.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from inferchaos.experiments import ctk_slo
-from inferchaos.experiments.spec import ExperimentSpec
-from inferchaos.experiments.verdict import Status, Verdict
+from inferchaos.run import hypothesis as ctk_slo
+from inferchaos.run.spec import ExperimentSpec
+from inferchaos.run.verdict import Status, Verdict
 from inferchaos.steady_state.slo import Phase
 from inferchaos.steady_state.timeline import Mark
 

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError, ProbeError
-from inferchaos.experiments.probes import build_probes, close_probes, slo_replicas
 from inferchaos.faults.actions import (
     Configuration,
     Secrets,
@@ -45,6 +44,7 @@ from inferchaos.faults.actions import (
 )
 from inferchaos.faults.registry import canonical_name
 from inferchaos.primitives.capabilities import Environment
+from inferchaos.run.probes import build_probes, close_probes, slo_replicas
 from inferchaos.steady_state.baseline_gate import SickBaseline, sick_baseline
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.evaluation import (
@@ -74,7 +74,7 @@ from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter, rea
 # writes it to chaostoolkit.log), so a long wait for recovery shows its progress.
 logger = logging.getLogger(f"chaostoolkit.{__name__}")
 
-# What Chaos Toolkit's discovery lists (experiments/discovery.py).
+# What Chaos Toolkit's discovery lists (inferchaos/ctk/discovery.py).
 __all__ = ["sample_during", "sample_steady_state", "sampled", "slo_live", "slo_met"]
 
 INTERVAL_S = 1.0

@@ -17,10 +17,10 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from inferchaos.experiments.probes import build_probes
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
 from inferchaos.primitives.capabilities import Environment
+from inferchaos.run.probes import build_probes
 from inferchaos.steady_state.canary import phase_between_ticks
 from inferchaos.steady_state.detection import SignalDetection, detect_signals, signal_title
 from inferchaos.steady_state.sampler import Sampler, Tick

@@ -15,15 +15,16 @@ from typing import Any
 
 from chaoslib.discovery.discover import discover_actions, discover_probes, initialize_discovery_result
 
+from inferchaos.ctk import live, providers
 from inferchaos.errors import InferchaosError
-from inferchaos.experiments import ctk_live, ctk_probes, ctk_slo
 from inferchaos.faults.k8s import probes as k8s_probes
 from inferchaos.faults.registry import action_modules
+from inferchaos.run import hypothesis
 
 logger = logging.getLogger(__name__)
 
 EXTENSION = "inferchaos"
-PROBE_MODULES = (ctk_probes.__name__, ctk_slo.__name__, ctk_live.__name__, k8s_probes.__name__)
+PROBE_MODULES = (providers.__name__, hypothesis.__name__, live.__name__, k8s_probes.__name__)
 
 
 def _version() -> str:
@@ -44,7 +45,7 @@ def discover(discover_system: bool = True) -> dict[str, Any]:
         discovery["activities"].extend(discover_probes(module))
     if discover_system:
         try:
-            discovery["system"] = {"local": ctk_probes.environment_status()}
+            discovery["system"] = {"local": providers.environment_status()}
         except InferchaosError as e:
             logger.info("no local environment to describe: %s", e)
             discovery["system"] = {"local": None, "reason": str(e)}

@@ -26,18 +26,18 @@ from inferchaos.errors import (
     PlatformDidNotRecover,
     Unsupported,
 )
-from inferchaos.experiments.controls import ControlSpec, SabotageAt, control_outcome
-from inferchaos.experiments.env_config import AllowList, ensure_plan_is_allowed
-from inferchaos.experiments.journal import Act, FaultActs, build_journal
-from inferchaos.experiments.probes import ProbeFactory, build_probes, close_probes, slo_replicas
-from inferchaos.experiments.redact import redact, secret_values
-from inferchaos.experiments.spec import ExperimentSpec
-from inferchaos.experiments.verdict import NO_EFFECT, FaultOutcome, Status, Timing, Verdict
 from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.alert_rules import CLUSTER, alerts_for
 from inferchaos.primitives.capabilities import Environment
+from inferchaos.run.controls import ControlSpec, SabotageAt, control_outcome
+from inferchaos.run.env_config import AllowList, ensure_plan_is_allowed
+from inferchaos.run.journal import Act, FaultActs, build_journal
+from inferchaos.run.probes import ProbeFactory, build_probes, close_probes, slo_replicas
+from inferchaos.run.redact import redact, secret_values
+from inferchaos.run.spec import ExperimentSpec
+from inferchaos.run.verdict import NO_EFFECT, FaultOutcome, Status, Timing, Verdict
 from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.baseline_gate import sick_baseline
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
@@ -97,7 +97,7 @@ class RunOptions:
     canary_rate_per_s: float = 2.0
     run_dir: Path | None = None
     allow: AllowList | None = None
-    # A negative control: the scenario runs against a platform this breaks (experiments.controls).
+    # A negative control: the scenario runs against a platform this breaks (inferchaos.run.controls).
     control: ControlSpec | None = None
 
 

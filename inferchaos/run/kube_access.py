@@ -3,7 +3,7 @@
 Each row is a verb on a resource, where it is made, and who makes it: a Kubernetes fault
 (``faults/k8s``, named as registered), the k8s probe (``steady_state/k8s.py`` with
 ``primitives/kube/scheduling.py``), the environment driver (``environments/k8s_env.py``) or
-the preflight itself (``experiments/preflight.py``). The rows were read off those calls, and
+the preflight itself (``inferchaos/run/preflight.py``). The rows were read off those calls, and
 ``tests/unit/k8s/test_k8s_kube_access_table.py`` holds them to it: it runs every fault, the
 probe and the driver against the fake API server and fails on a request no row of its caller
 covers, or on a row that nothing asked for.

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 from inferchaos.errors import ConfigError
-from inferchaos.experiments.packaged import EXPERIMENTS_DIR
 from inferchaos.layers import EnvName
+from inferchaos.run.packaged import EXPERIMENTS_DIR
 
 # Faults that change the environment's shape (a node replaced, a replica restarted) run last.
 SUITES: dict[str, tuple[str, ...]] = {
@@ -47,7 +47,7 @@ DEFAULT_SUITE: dict[EnvName, str] = {EnvName.LOCAL: "default", EnvName.KIND: "k8
 
 
 class _NamesEnvironment(Protocol):
-    """What the environment check reads of a validated experiment (experiments.spec.ExperimentSpec)."""
+    """What the environment check reads of a validated experiment (inferchaos.run.spec.ExperimentSpec)."""
 
     @property
     def path(self) -> Path: ...

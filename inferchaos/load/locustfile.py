@@ -3,7 +3,7 @@
 Run it on its own (Locust monkey-patches the process with gevent on import, so it never shares
 a process with the runner, Ray or asyncio code)::
 
-    locust -f experiments/locustfile.py --headless --host http://127.0.0.1:8000 \\
+    locust -f inferchaos/load/locustfile.py --headless --host http://127.0.0.1:8000 \\
         --load-profile ramp -u 8 -t 120s --csv runs/load --csv-full-history
 
 Every completion is ``POST /v1/completions`` with ``stream: true``. Besides Locust's own row
@@ -16,7 +16,7 @@ Load shapes: ``--load-profile steady|ramp|spike`` picks one of the shape classes
 :func:`_select_profile` for why it is an argument). They read ``-u``, ``-r`` and ``-t``.
 
 Chaos from a plain Locust run: ``--chaos kv_flood --chaos-at 60`` starts
-``python -m inferchaos.experiments.cli run <packaged kv_flood.yaml> --out <--chaos-out>`` as a
+``python -m inferchaos.cli.main run <packaged kv_flood.yaml> --out <--chaos-out>`` as a
 child process, in Locust's working directory, 60 s into the test, and sends it SIGINT when the
 test stops (end of ``-t``, Ctrl-C); the runner then reverts the fault and writes its verdict,
 whose path is printed.
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 REQUEST_TYPE = "LLM"
 PROFILES = ("steady", "ramp", "spike")
-EXPERIMENTS_DIR = Path(__file__).resolve().parent
+EXPERIMENTS_DIR = (Path(__file__).resolve().parents[1] / "experiments").resolve()
 
 # The load probe reads the stats history while it grows; Locust's default flush (every 5 s)
 # would hand it five rows at once, so every row is flushed as it is written.
@@ -159,7 +159,7 @@ def _add_arguments(parser: Any) -> None:
     add("--chaos-out", default="runs", include_in_web_ui=False,
         help="Where the chaos run writes its run folder (verdict.json, report.html).")  # fmt: skip
     add("--chaos-command", default="", include_in_web_ui=False,
-        help="Command that replaces `python -m experiments.cli` (tests point it at a fake).")  # fmt: skip
+        help="Command that replaces `python -m inferchaos.cli.main` (tests point it at a fake).")  # fmt: skip
     add("--chaos-stop-timeout", type=float, default=120.0, include_in_web_ui=False,
         help="Seconds the chaos run is given to revert and write its verdict after SIGINT.")  # fmt: skip
     add("--stop-with-pid", type=int, default=0, include_in_web_ui=False,
@@ -392,7 +392,7 @@ class ChaosPlan:
         command = tuple(shlex.split(options.chaos_command)) or (
             sys.executable,
             "-m",
-            "inferchaos.experiments.cli",
+            "inferchaos.cli.main",
         )
         return cls(experiment.resolve(), options.chaos_at, Path(options.chaos_out).resolve(), command,
                    options.chaos_stop_timeout)  # fmt: skip

@@ -15,7 +15,7 @@ from inferchaos.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-EXPERIMENTS_DIR = Path(__file__).resolve().parent
+EXPERIMENTS_DIR = (Path(__file__).resolve().parents[1] / "experiments").resolve()
 CONTROLS_DIR = "controls"
 SUFFIX = ".yaml"
 # What names an experiment file rather than a packaged experiment.

@@ -3,7 +3,7 @@
 One read-only pass over every layer, each need one :class:`PreflightItem`:
 
 - the kube API answers, and the identity may make every access of
-  :mod:`experiments.kube_access` (a SelfSubjectAccessReview each);
+  :mod:`inferchaos.run.kube_access` (a SelfSubjectAccessReview each);
 - KubeRay's CRDs are installed and serve the version the k8s probe reads;
 - the Ray dashboard answers with the token: its Ray version (which must be this host's, since
   a Ray Client driver refuses another version) and a state API list;
@@ -28,12 +28,12 @@ from kubernetes.client import ApiextensionsV1Api, V1CustomResourceDefinition, Ve
 
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
-from inferchaos.experiments.kube_access import KUBERAY_CRDS, needed_access
 from inferchaos.primitives.kube.access import review_access
 from inferchaos.primitives.kube.api import api_errors, object_name, read_if_exists
 from inferchaos.primitives.kube.errors import K8sError
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.vllm_metrics import OLDER_NAMES, exposed_names
+from inferchaos.run.kube_access import KUBERAY_CRDS, needed_access
 from inferchaos.steady_state.canary import CanaryConfig
 from inferchaos.steady_state.k8s import RAY_VERSION
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     # Imported when a fixture runs, not when pytest loads the plugin: every pytest run
     # of a project that installs inferchaos loads it.
     from inferchaos.environments.local.env import LocalEnvironment
-    from inferchaos.experiments.verdict import Verdict
+    from inferchaos.run.verdict import Verdict
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -69,10 +69,10 @@ def run_experiment(
     tmp_path: Path,
     record_property: Callable[[str, object], None],
 ) -> Callable[[str | Path], Verdict]:
-    """Run an experiment file against ``chaos_env``; returns its :class:`experiments.verdict.Verdict`."""
+    """Run an experiment file against ``chaos_env``; returns its :class:`inferchaos.run.verdict.Verdict`."""
     from inferchaos.errors import Unsupported
-    from inferchaos.experiments.runner import Runner, RunOptions, plan_run
-    from inferchaos.experiments.spec import load_and_validate
+    from inferchaos.run.runner import Runner, RunOptions, plan_run
+    from inferchaos.run.spec import load_and_validate
 
     out = Path(request.config.getoption("--chaos-out") or tmp_path)
     interval = float(request.config.getoption("--chaos-interval"))

@@ -1,0 +1,1 @@
+"""The command line: `inferchaos` and its command groups."""

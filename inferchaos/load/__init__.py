@@ -1,0 +1,1 @@
+"""Locust: the locustfile and the runner that keeps it streaming through a fault."""

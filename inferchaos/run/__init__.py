@@ -1,0 +1,1 @@
+"""Running an experiment: its spec, the runner, the verdict and journal it writes, preflight and suites."""
