@@ -98,7 +98,7 @@ def local_alert_labels(interval_s: float = SCRAPE_INTERVAL_S) -> AlertLabels:
         hold_s=5.0 * interval_s,
         trend_s=60.0 * interval_s,
         stall_window_s=15.0,
-        link_window_s=15.0,
+        link_window_s=12.0,
         pressure_window_s=10.0,
         event_window_s=10.0,
     )
