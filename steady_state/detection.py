@@ -12,8 +12,10 @@ The signals, in the order a report lists them:
   time to detect) or the first slow-failure detector finding, whichever came first;
 - ``canary.first_failed_request``: the first canary request that failed (``canary.success``
   0, with or without a replica) or a failed read of the canary;
-- ``vllm.health``: a replica's ``/health`` answering non-200 (``vllm.healthy`` 0), or the
-  replica not answering its probe at all, where it was healthy at the end of the baseline;
+- ``vllm.health``: a replica's ``/health`` not answering 200 (``vllm.healthy`` 0) where it
+  answered 200 at the end of the baseline: what ``/health`` itself said, nothing else;
+- ``vllm.unanswered``: a replica not answering its probe at all (its ``/metrics`` read failed),
+  where it answered at the end of the baseline;
 - ``ray.nodes``: Ray's count of DEAD nodes rising, or of ALIVE nodes falling;
 - ``ray.actors``: the ALIVE actors of a class falling, or its RESTARTING actors rising;
 - ``ray.serve_replicas``: a Serve replica RUNNING at the end of the baseline no longer
@@ -77,6 +79,7 @@ SIGNAL_TITLES: dict[str, str] = {
     "inferchaos.slo_or_detector": "inferchaos",
     "canary.first_failed_request": "first failed request",
     "vllm.health": "vllm /health",
+    "vllm.unanswered": "vllm not answering",
     "ray.nodes": "ray nodes",
     "ray.actors": "ray actors",
     "ray.serve_replicas": "serve",
@@ -151,28 +154,42 @@ def _on(replica: str | None) -> str:
     return f" on {replica}" if replica else " before a replica was named"
 
 
-def _vllm_health(timeline: Timeline, since: float) -> Noticed:
-    """A replica's /health non-200, or its probe not answering, where it was healthy at the
-    end of the baseline (a replica first seen after ``since`` is judged from its first answer)."""
-    events: dict[str, list[tuple[float, bool, str]]] = {}  # replica -> (t, failing, detail)
-    for row in timeline.rows:
-        if row.probe == "vllm.healthy" and row.ok:
-            replica = row.labels.get("replica", "?")
-            detail = f"{replica} /health answered non-200"
-            events.setdefault(replica, []).append((row.t, row.value == 0, detail))
-        elif row.error and row.probe.startswith("vllm@"):
-            replica = row.labels.get("replica", row.probe.partition("@")[2])
-            detail = f"{replica} did not answer its probe: {row.error[:120]}"
-            events.setdefault(replica, []).append((row.t, True, detail))
+def _replica_notice(events: dict[str, list[tuple[float, bool, str]]], since: float) -> Noticed:
+    """The first failing event at or after ``since`` of a replica whose last event before it
+    was not failing (a replica first seen after ``since`` is judged from its first event)."""
     candidates = []
     for replica_events in events.values():
         replica_events.sort(key=lambda e: e[0])
         before = [failing for t, failing, _ in replica_events if t < since]
-        healthy_at_baseline_end = not before or not before[-1]
-        if not healthy_at_baseline_end:
+        if before and before[-1]:
             continue  # failing already before the fault: not something the fault made it notice
         candidates += [(t, detail) for t, failing, detail in replica_events if t >= since and failing]
     return _first(candidates)
+
+
+def _vllm_health(timeline: Timeline, since: float) -> Noticed:
+    """A replica's /health not answering 200, as its own reads of /health say."""
+    events: dict[str, list[tuple[float, bool, str]]] = {}  # replica -> (t, failing, detail)
+    for row in timeline.rows:
+        if row.probe == "vllm.healthy" and row.ok:
+            replica = row.labels.get("replica", "?")
+            events.setdefault(replica, []).append(
+                (row.t, row.value == 0, f"{replica} /health did not answer 200")
+            )
+    return _replica_notice(events, since)
+
+
+def _vllm_unanswered(timeline: Timeline, since: float) -> Noticed:
+    """A replica whose probe failed to read it at all, where the read before ``since`` worked."""
+    events: dict[str, list[tuple[float, bool, str]]] = {}
+    for row in timeline.rows:
+        if row.probe.startswith("vllm@"):
+            replica = row.labels.get("replica", row.probe.partition("@")[2])
+            detail = f"{replica} did not answer its probe: {row.error[:120]}"
+            events.setdefault(replica, []).append((row.t, True, detail))
+        elif row.probe == "vllm.healthy" and row.ok:
+            events.setdefault(row.labels.get("replica", "?"), []).append((row.t, False, ""))
+    return _replica_notice(events, since)
 
 
 def _ray_nodes(timeline: Timeline, since: float) -> Noticed:
@@ -262,7 +279,8 @@ class _Signal:
 
 PLATFORM_SIGNALS: tuple[_Signal, ...] = (
     _Signal("canary", "canary.first_failed_request", ("canary",), _canary),
-    _Signal("vllm", "vllm.health", ("vllm.healthy", "vllm@"), _vllm_health),
+    _Signal("vllm", "vllm.health", ("vllm.healthy",), _vllm_health),
+    _Signal("vllm", "vllm.unanswered", ("vllm.healthy", "vllm@"), _vllm_unanswered),
     _Signal("ray", "ray.nodes", ("ray.nodes_",), _ray_nodes),
     _Signal("ray", "ray.actors", ("ray.actors",), _ray_actors),
     _Signal("ray", "ray.serve_replicas", ("ray.serve_", "ray@serve"), _serve_replicas),

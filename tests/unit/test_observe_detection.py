@@ -49,7 +49,7 @@ def test_a_fault_another_process_injects_is_followed_until_its_signals_notice(tm
     timeline.append_tick(tick(T0 + 7, 0.0))
     ledger.remove(handle.id)  # reverted: the rows stay on screen
     text = rendered(watch, timeline)
-    assert "1.8 s" in text and "replica-0 /health answered non-200" in text
+    assert "1.8 s" in text and "replica-0 /health did not answer 200" in text
 
 
 def test_a_fault_live_before_observe_started_is_not_followed(tmp_path: Path) -> None:

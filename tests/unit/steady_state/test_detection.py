@@ -101,6 +101,7 @@ def test_every_signal_the_environment_has_is_listed_and_k8s_is_left_out_without_
         ("inferchaos", "inferchaos.slo_or_detector"),
         ("canary", "canary.first_failed_request"),
         ("vllm", "vllm.health"),
+        ("vllm", "vllm.unanswered"),
         ("ray", "ray.nodes"),
         ("ray", "ray.actors"),
         ("ray", "ray.serve_replicas"),
@@ -125,9 +126,12 @@ def killed_engine(t: float, rows: list[Row]) -> list[Row]:
 
 
 def test_vllm_health_notices_a_non_200_answer() -> None:
-    health = by_signal(detect_signals(timeline(killed_engine), injected_at=LANDED))["vllm.health"]
+    detections = by_signal(detect_signals(timeline(killed_engine), injected_at=LANDED))
+    health = detections["vllm.health"]
     assert health.noticed_after_s == 1.9
-    assert health.detail == "replica-0 /health answered non-200"
+    assert health.detail == "replica-0 /health did not answer 200"
+    # It then stopped answering at all: a row of its own, a second later.
+    assert detections["vllm.unanswered"].noticed_after_s == 2.9
 
 
 def test_a_replica_that_stops_answering_is_noticed_too() -> None:
@@ -138,9 +142,12 @@ def test_a_replica_that_stops_answering_is_noticed_too() -> None:
             Row(t, "vllm@replica-1", {"replica": "replica-1"}, float("nan"), "TimeoutError: no answer"),
         ]
 
-    health = by_signal(detect_signals(timeline(gone), injected_at=LANDED))["vllm.health"]
-    assert health.at == INJECTED
-    assert health.detail.startswith("replica-1 did not answer its probe: TimeoutError")
+    detections = by_signal(detect_signals(timeline(gone), injected_at=LANDED))
+    unanswered = detections["vllm.unanswered"]
+    assert unanswered.at == INJECTED
+    assert unanswered.detail.startswith("replica-1 did not answer its probe: TimeoutError")
+    # /health itself never said anything but 200: its row says never.
+    assert detections["vllm.health"].noticed_after_s is None
 
 
 def test_a_replica_failing_before_the_fault_is_not_a_notice() -> None:
