@@ -367,7 +367,7 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
     local_env: LocalEnvironment, prometheus: PrometheusRecord, tmp_path: Path
 ) -> None:
     """The environment's Prometheus evaluates inferchaos' alerting rules: under the canary's kind
-    of traffic none is pending or firing; an engine hung under traffic (its /health still 200)
+    of traffic none fires; an engine hung under traffic (its /health still 200)
     fires InferchaosEngineStalled for that replica alone, in the vllm layer."""
     from inferchaos.faults.ledger import Ledger
     from inferchaos.faults.vllm.hang import HangEngine
@@ -397,11 +397,15 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
         assert settled is not None, (
             f"alerts never cleared after start-up: {_alerts(prometheus.url, 'firing')}"
         )
-        # Longer than every alert's hold (five scrapes) and its windows (15 s).
+        # Longer than every alert's hold (five scrapes) and its windows (15 s). None may fire;
+        # a condition that holds for a read or two is what for: absorbs (a CI run once had
+        # ReplicaSlowerThanPeers pending under these three clients), so pending ones are shown.
         quiet_until = time.monotonic() + 20.0
         while time.monotonic() < quiet_until:
-            noisy = _alerts(prometheus.url, "firing") + _alerts(prometheus.url, "pending")
-            assert not noisy, f"alerts on a healthy environment: {noisy}"
+            firing = _alerts(prometheus.url, "firing")
+            assert not firing, f"alerts firing on a healthy environment: {firing}"
+            if pending := _alerts(prometheus.url, "pending"):
+                print("pending on the healthy environment:", [a.get("alertname") for a in pending])
             time.sleep(1.0)
         handle = hang.inject(local_env, {"replica": "replica-0", "what": "engine"}, ledger)
         fired: list[dict[str, str]] = []
