@@ -128,7 +128,7 @@ FLOOD_WAITING = "4 _ 4 5 0 _ 1 4 _ 0 0 0 0 1 3 1"
 # Per alert: the series on which it must fire (promtool's expanding notation, one value per
 # second) and the labels it fires with.
 FIRING: Mapping[str, tuple[list[dict[str, str]], dict[str, str]]] = {
-    # replica-1 in a recorded kv_flood (a --prometheus game day, 2026-12-05), the fault's first
+    # replica-1 in a recorded kv_flood (a --prometheus game day, bench/RESULTS.md), the fault's first
     # 22 s twice over: the cache saws as the flood's requests finish, and full with requests
     # waiting never lasts a second read in a row.
     "InferchaosKVCacheFull": (
