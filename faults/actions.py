@@ -21,22 +21,23 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
 
-from inferchaos.faults.base import Fault, TypedFault
-from inferchaos.faults.k8s.configuration import env_from_configuration
+from inferchaos.faults.base import Fault, JsonObject, TypedFault
+from inferchaos.faults.k8s.configuration import Configuration, Secrets, env_from_configuration
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import actions_module, canonical_name, faults_of_layer, get_fault
 from inferchaos.layers import Layer
 
+if TYPE_CHECKING:
+    from inferchaos.environments.local.env import LocalEnvironment
+
 logger = logging.getLogger(__name__)
 
-Configuration = dict[str, Any] | None
-Secrets = dict[str, Any] | None
 CTK_PARAMS = ("configuration", "secrets")
 
 _FAULTS: dict[str, Fault] = {}
@@ -50,7 +51,7 @@ def shared_fault(name: str) -> Fault:
     return _FAULTS[name]
 
 
-def open_local_environment(configuration: Configuration) -> Any:
+def open_local_environment(configuration: Configuration) -> LocalEnvironment:
     """The local environment recorded under ``configuration['inferchaos_home']`` (or the default)."""
     from inferchaos.environments.local.env import LocalEnvironment
 
@@ -59,7 +60,7 @@ def open_local_environment(configuration: Configuration) -> Any:
 
 
 @contextmanager
-def open_environment(fault: Fault, configuration: Configuration, secrets: Secrets) -> Iterator[Any]:
+def open_environment(fault: Fault, configuration: Configuration, secrets: Secrets) -> Iterator[object]:
     """The environment ``fault`` acts on, as ``configuration`` names it; closed afterwards."""
     if fault.layer is not Layer.K8S:
         yield open_local_environment(configuration)
@@ -81,14 +82,14 @@ def open_ledger(configuration: Configuration) -> Ledger:
 
 
 def inject_action(
-    fault_name: str, params: dict[str, Any], configuration: Configuration, secrets: Secrets = None
-) -> dict[str, Any]:
+    fault_name: str, params: JsonObject, configuration: Configuration, secrets: Secrets = None
+) -> JsonObject:
     """Inject ``fault_name`` with ``params`` (None values dropped); return the handle (and evidence)."""
     fault = shared_fault(fault_name)
     params = {k: v for k, v in params.items() if v is not None}
     with open_environment(fault, configuration, secrets) as env:
         handle = fault.inject(env, params, open_ledger(configuration))
-        result = {**asdict(handle), "handle": handle.id}
+        result: JsonObject = {**asdict(handle), "handle": handle.id}
         if isinstance(fault, TypedFault) and fault.evidence_at_inject:
             evidence = fault.evidence(env, handle)
             if not evidence.bit:
@@ -101,7 +102,7 @@ def rollback_action(
     fault_name: str,
     configuration: Configuration,
     secrets: Secrets = None,
-    match: dict[str, Any] | None = None,
+    match: Mapping[str, object] | None = None,
 ) -> list[str]:
     """Revert every live ledger entry of ``fault_name`` whose parameters equal ``match``; the ids reverted."""
     fault = shared_fault(fault_name)
@@ -120,20 +121,23 @@ def rollback_action(
     return reverted
 
 
-def fault_effect(fault_name: str, configuration: Configuration, secrets: Secrets = None) -> dict[str, Any]:
+def fault_effect(fault_name: str, configuration: Configuration, secrets: Secrets = None) -> JsonObject:
     """Evidence of every live ledger entry of ``fault_name``: did it bite, and how (for the journal)."""
     fault = shared_fault(fault_name)
     with open_environment(fault, configuration, secrets) as env:
         evidence = [
-            asdict(fault.evidence(env, handle))
+            fault.evidence(env, handle)
             for handle in open_ledger(configuration).entries()
             if canonical_name(handle.fault) == fault.name
         ]
-    return {"effect_observed": bool(evidence) and all(e["bit"] for e in evidence), "evidence": evidence}
+    return {
+        "effect_observed": bool(evidence) and all(e.bit for e in evidence),
+        "evidence": [asdict(e) for e in evidence],
+    }
 
 
 # -- the generated provider functions ------------------------------------------------------------
-def _signature(params_type: type, only: tuple[str, ...] | None, returns: Any) -> inspect.Signature:
+def _signature(params_type: type, only: tuple[str, ...] | None, returns: object) -> inspect.Signature:
     """The fault's parameters (all, or ``only`` these) as a function signature, then configuration and secrets."""
     hints = get_type_hints(params_type)
     parameters = []
@@ -141,7 +145,7 @@ def _signature(params_type: type, only: tuple[str, ...] | None, returns: Any) ->
         if only is not None and f.name not in only:
             continue
         if f.default is not MISSING:
-            default: Any = f.default
+            default: object = f.default
         elif f.default_factory is not MISSING:
             default = f.default_factory()
         else:
@@ -153,7 +157,7 @@ def _signature(params_type: type, only: tuple[str, ...] | None, returns: Any) ->
         )
     parameters += [
         inspect.Parameter(
-            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=dict[str, Any] | None
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=Configuration
         )
         for name in CTK_PARAMS
     ]
@@ -161,7 +165,7 @@ def _signature(params_type: type, only: tuple[str, ...] | None, returns: Any) ->
 
 
 def _dress(
-    function: Callable[..., Any], name: str, module: str, doc: str, signature: inspect.Signature
+    function: Callable[..., object], name: str, module: str, doc: str, signature: inspect.Signature
 ) -> None:
     """Make ``function`` look to chaoslib (and to ``help()``) like a plain module function."""
     function.__name__ = function.__qualname__ = name
@@ -175,8 +179,8 @@ def _dress(
 
 
 def _split(
-    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any], defaults: bool
-) -> tuple[dict[str, Any], Configuration, Secrets]:
+    signature: inspect.Signature, args: tuple[object, ...], kwargs: dict[str, object], defaults: bool
+) -> tuple[JsonObject, Configuration, Secrets]:
     bound = signature.bind(*args, **kwargs)
     if defaults:
         bound.apply_defaults()
@@ -184,10 +188,10 @@ def _split(
     return arguments, arguments.pop("configuration", None), arguments.pop("secrets", None)
 
 
-def _action(cls: type[TypedFault[Any, Any]], module: str) -> Callable[..., dict[str, Any]]:
+def _action(cls: type[TypedFault[object, object]], module: str) -> Callable[..., JsonObject]:
     signature = _signature(cls.params_type, None, dict[str, Any])
 
-    def action(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def action(*args: object, **kwargs: object) -> JsonObject:
         params, configuration, secrets = _split(signature, args, kwargs, defaults=False)
         return inject_action(cls.name, params, configuration, secrets)
 
@@ -196,10 +200,10 @@ def _action(cls: type[TypedFault[Any, Any]], module: str) -> Callable[..., dict[
     return action
 
 
-def _rollback(cls: type[TypedFault[Any, Any]], module: str) -> Callable[..., list[str]]:
+def _rollback(cls: type[TypedFault[object, object]], module: str) -> Callable[..., list[str]]:
     signature = _signature(cls.params_type, cls.rollback_keys, list[str])
 
-    def rollback(*args: Any, **kwargs: Any) -> list[str]:
+    def rollback(*args: object, **kwargs: object) -> list[str]:
         match, configuration, secrets = _split(signature, args, kwargs, defaults=True)
         return rollback_action(cls.name, configuration, secrets, match)
 
@@ -209,7 +213,7 @@ def _rollback(cls: type[TypedFault[Any, Any]], module: str) -> Callable[..., lis
     return rollback
 
 
-def populate(namespace: dict[str, Any], layer: Layer) -> list[str]:
+def populate(namespace: dict[str, object], layer: Layer) -> list[str]:
     """Add the action and rollback of every fault of ``layer`` to a provider module's ``namespace``.
 
     Returns the names added (for the module's ``__all__``).

@@ -18,7 +18,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from inferchaos.faults.ledger import Ledger
 
 logger = logging.getLogger(__name__)
+
+# What a ledger entry and a report can hold: parameters, state and evidence are written as JSON,
+# so anything else put there would be lost (or refused) when `inferchaos cleanup` reads it back.
+JsonValue: TypeAlias = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+JsonObject: TypeAlias = dict[str, JsonValue]
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class FaultPlan:
     layer: Layer
     description: str
     targets: list[str]
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JsonObject = field(default_factory=dict)
     revert_wait: RevertWait | None = None
 
 
@@ -70,12 +75,14 @@ class FaultHandle:
 
     fault: str
     layer: Layer
-    params: dict[str, Any]
+    params: JsonObject
     env: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     created_at: float = field(default_factory=time.time)
     injected_at: float | None = None
     reverted_at: float | None = None
+    # Written as JSON (see Planned.state), but each fault reads its own keys back as the types it
+    # stored; a JsonValue here would need a check at every read in every fault.
     state: dict[str, Any] = field(default_factory=dict)
 
 
@@ -85,7 +92,7 @@ class Evidence:
 
     bit: bool
     reason: str
-    symptoms: dict[str, Any] = field(default_factory=dict)
+    symptoms: JsonObject = field(default_factory=dict)
     timestamps: dict[str, float] = field(default_factory=dict)
 
 
@@ -101,19 +108,19 @@ class Fault(ABC):
     aliases: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+    def plan(self, env: object, params: JsonObject) -> FaultPlan:
         """Validate ``params`` against ``env`` and list exactly what would be touched."""
 
     @abstractmethod
-    def inject(self, env: Any, params: dict[str, Any], ledger: Any) -> FaultHandle:
+    def inject(self, env: object, params: JsonObject, ledger: Ledger) -> FaultHandle:
         """Record the handle in ``ledger`` first, then act; return the handle."""
 
     @abstractmethod
-    def revert(self, env: Any, handle: FaultHandle, ledger: Any) -> None:
+    def revert(self, env: object, handle: FaultHandle, ledger: Ledger) -> None:
         """Undo the injection; safe to call twice and after a crash; removes the ledger entry."""
 
     @abstractmethod
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+    def evidence(self, env: object, handle: FaultHandle) -> Evidence:
         """Read the symptoms that show whether the fault bit."""
 
 
@@ -127,8 +134,8 @@ class Planned:
 
     description: str
     targets: list[str]
-    state: dict[str, Any] = field(default_factory=dict)
-    params: dict[str, Any] | None = None
+    state: JsonObject = field(default_factory=dict)
+    params: JsonObject | None = None
 
 
 P = TypeVar("P")
@@ -149,7 +156,7 @@ class TypedFault(Fault, Generic[P, E]):
     rollback_keys: ClassVar[tuple[str, ...]] = ()
     evidence_at_inject: ClassVar[bool] = True
 
-    def parse(self, params: dict[str, Any]) -> P:
+    def parse(self, params: JsonObject) -> P:
         """The typed parameters of this fault; ConfigError on bad input."""
         parsed: P = parse_params(self.name, self.params_type, params)
         return parsed
@@ -162,14 +169,14 @@ class TypedFault(Fault, Generic[P, E]):
         """
         return None
 
-    def plan(self, env: Any, params: dict[str, Any]) -> FaultPlan:
+    def plan(self, env: object, params: JsonObject) -> FaultPlan:
         opened = self._open(env)
         planned = self._checked_plan(opened, params)
         recorded = dict(params) if planned.params is None else planned.params
         wait = self.revert_wait(self.parse(recorded))
         return FaultPlan(self.name, self.layer, planned.description, planned.targets, recorded, wait)
 
-    def inject(self, env: Any, params: dict[str, Any], ledger: Ledger) -> FaultHandle:
+    def inject(self, env: object, params: JsonObject, ledger: Ledger) -> FaultHandle:
         opened = self._open(env)
         planned = self._checked_plan(opened, params)
         recorded = dict(params) if planned.params is None else planned.params
@@ -181,20 +188,20 @@ class TypedFault(Fault, Generic[P, E]):
         ledger.record(handle)
         return handle
 
-    def revert(self, env: Any, handle: FaultHandle, ledger: Ledger) -> None:
+    def revert(self, env: object, handle: FaultHandle, ledger: Ledger) -> None:
         self._undo(self._open(env), self.parse(handle.params), handle, ledger)
         handle.reverted_at = handle.reverted_at or time.time()
         ledger.remove(handle.id)
         logger.info("%s [%s]: reverted", self.name, handle.id)
 
-    def evidence(self, env: Any, handle: FaultHandle) -> Evidence:
+    def evidence(self, env: object, handle: FaultHandle) -> Evidence:
         return self._evidence(self._open(env), self.parse(handle.params), handle)
 
-    def _checked_plan(self, opened: E, params: dict[str, Any]) -> Planned:
+    def _checked_plan(self, opened: E, params: JsonObject) -> Planned:
         return self._plan(opened, self.parse(params))
 
     @abstractmethod
-    def _open(self, env: Any) -> E:
+    def _open(self, env: object) -> E:
         """The capability of ``env`` this fault acts through; ConfigError when it has none."""
 
     @abstractmethod
@@ -214,16 +221,14 @@ class TypedFault(Fault, Generic[P, E]):
         """Read the symptom that shows whether the fault bit."""
 
 
-def require_capability(fault: str, env: Any, capability: Any, where: str) -> Any:
-    """``env``, checked against the ``capability`` ``fault`` acts through (a runtime-checkable
-    Protocol, which mypy cannot take as a type parameter: callers declare what they return);
-    otherwise ConfigError: "<fault> acts on <where>, not on '<env>'"."""
-    if not isinstance(env, capability):
-        raise ConfigError(f"{fault} acts on {where}, not on {env_name(env)!r}")
-    return env
+def capability_error(fault: str, env: object, where: str) -> ConfigError:
+    """The refusal of an ``env`` that lacks the capability ``fault`` acts through: callers narrow
+    with ``isinstance`` themselves (a runtime-checkable Protocol cannot be a type parameter), and
+    raise this: "<fault> acts on <where>, not on '<env>'"."""
+    return ConfigError(f"{fault} acts on {where}, not on {env_name(env)!r}")
 
 
-def env_name(env: Any) -> str:
+def env_name(env: object) -> str:
     """The name an environment gives itself, for ledger entries and messages."""
     return env.name if isinstance(env, NamedEnvironment) else type(env).__name__
 

@@ -15,7 +15,6 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from inferchaos.errors import FaultError
 from inferchaos.faults.base import FaultHandle
@@ -107,7 +106,7 @@ class _Unreadable(FaultError):
 
 def _read_entry(path: Path) -> FaultHandle:
     try:
-        data: Any = json.loads(path.read_text())
+        data: object = json.loads(path.read_text())
     except OSError as e:
         raise _Unreadable(f"cannot be read: {e.strerror or e}") from e
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError

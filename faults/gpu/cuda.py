@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from inferchaos.errors import FaultError
 
@@ -27,7 +26,7 @@ CUdeviceptr = ctypes.c_uint64
 CUcontext = ctypes.c_void_p
 
 # Name -> argument types; every call returns a CUresult (an int).
-PROTOTYPES: dict[str, tuple[Any, ...]] = {
+PROTOTYPES: dict[str, tuple[type, ...]] = {
     "cuInit": (ctypes.c_uint,),
     "cuDeviceGetCount": (ctypes.POINTER(ctypes.c_int),),
     "cuDeviceGet": (ctypes.POINTER(CUdevice), ctypes.c_int),
@@ -91,10 +90,10 @@ def cuda_available() -> tuple[bool, str]:
 class CudaDriver:
     """The driver calls a squatter makes, each turning a failure into a :class:`CudaError`."""
 
-    def __init__(self, lib: Any | None = None) -> None:
+    def __init__(self, lib: ctypes.CDLL | None = None) -> None:
         self._lib = lib if lib is not None else load_libcuda()
 
-    def _call(self, name: str, *args: Any) -> None:
+    def _call(self, name: str, *args: object) -> None:
         result = int(getattr(self._lib, name)(*args))
         if result != CUDA_SUCCESS:
             raise self._error(name, result)

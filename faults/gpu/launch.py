@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from inferchaos.errors import FaultError
+from inferchaos.faults.base import JsonObject
 from inferchaos.primitives.memory_budget import MemoryBudget, join_command
 from inferchaos.primitives.processes import ENV_MARKER, pid_alive, spawn_process_group
 
@@ -54,7 +55,7 @@ class SquatterReady:
     pid: int
     allocated_bytes: int
     at: float
-    report: dict[str, Any] = field(default_factory=dict)
+    report: JsonObject = field(default_factory=dict)
 
 
 def squatter_argv(spec: SquatterSpec) -> list[str]:

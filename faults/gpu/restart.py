@@ -21,11 +21,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import psutil
 
 from inferchaos.errors import FaultError, ProbeError
+from inferchaos.faults.base import JsonObject
 from inferchaos.primitives.memory_budget import MemoryBudget, read_memory_stat
 from inferchaos.primitives.processes import ENV_MARKER, kill_tree_now, pid_alive
 from inferchaos.primitives.replica_slots import ReplicaRecord
@@ -96,12 +96,12 @@ class RestartWatch:
     # Attempts that started between the kill and the moment the squat held.
     raced: list[RestartAttempt] = field(default_factory=list)
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> JsonObject:
         """The watch as plain data for the ledger entry."""
         return {
             "attempts": [asdict(a) for a in self.attempts],
             "raced_attempts": [asdict(a) for a in self.raced],
-            "others_unhealthy": self.others_unhealthy,
+            "others_unhealthy": list(self.others_unhealthy),
         }
 
 

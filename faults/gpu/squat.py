@@ -32,7 +32,15 @@ from inferchaos.errors import (
     ProbeError,
     Unsupported,
 )
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, byte_count, env_name
+from inferchaos.faults.base import (
+    Evidence,
+    FaultHandle,
+    JsonObject,
+    Planned,
+    TypedFault,
+    byte_count,
+    env_name,
+)
 from inferchaos.faults.gpu.cuda import cuda_available
 from inferchaos.faults.gpu.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
 from inferchaos.faults.gpu.launch import (
@@ -150,7 +158,7 @@ def _squat_log(handle_id: str) -> Path:
 
 
 @register
-class SquatDeviceMemory(TypedFault[SquatParams, Any]):
+class SquatDeviceMemory(TypedFault[SquatParams, object]):
     """Hold device memory in a separate process so the next model load on the device fails."""
 
     name = NAME
@@ -158,13 +166,13 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
     layer = Layer.DEVICE
     params_type = SquatParams
 
-    def _open(self, env: Any) -> Any:
+    def _open(self, env: object) -> object:
         # Which environment a squat needs depends on its device: _resolve_host checks it. Revert
         # and evidence work from the ledger entry alone, even with no environment at all.
         return env
 
     # -- resolve (plan and inject share it) -------------------------------------------------
-    def _resolve(self, env: Any, params: SquatParams) -> SquatTarget:
+    def _resolve(self, env: object, params: SquatParams) -> SquatTarget:
         device = params.ref
         if device.backend == CUDA:
             return self._resolve_cuda(env, device, params)
@@ -174,7 +182,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         return self._resolve_host(env, device, params, int(need), params.restart_replica is not False)
 
     def _resolve_host(
-        self, env: Any, device: DeviceRef, params: SquatParams, need: int, restart: bool
+        self, env: object, device: DeviceRef, params: SquatParams, need: int, restart: bool
     ) -> SquatTarget:
         if not isinstance(env, BudgetEnvironment):
             raise ConfigError(
@@ -238,7 +246,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         return SquatTarget(device, size, total, None, need, params.fail_within_s, restart, None, state.env_id,
                            str(state.state_dir), name, replica, others)  # fmt: skip
 
-    def _resolve_cuda(self, env: Any, device: DeviceRef, params: SquatParams) -> SquatTarget:
+    def _resolve_cuda(self, env: object, device: DeviceRef, params: SquatParams) -> SquatTarget:
         usable, why = cuda_available()
         if not usable:
             raise Unsupported(f"{NAME}: {device.name} cannot be squatted here: {why}")
@@ -266,7 +274,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
                            False, min(cap, CUDA_MAX_FRACTION), env_id)  # fmt: skip
 
     # -- plan ---------------------------------------------------------------------------------
-    def _plan(self, env: Any, params: SquatParams) -> Planned:
+    def _plan(self, env: object, params: SquatParams) -> Planned:
         target = self._resolve(env, params)
         device = target.device.name
         if target.device.backend == CUDA:
@@ -285,7 +293,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
                     f"{', '.join(target.others)} keep serving"
                 )
                 targets += [f"replica:{target.replica.name}", f"process-group:{target.replica.vllm_pid}"]
-        state = {
+        state: JsonObject = {
             "backend": target.device.backend,
             "device": target.device.name,
             "bytes": target.nbytes,
@@ -308,7 +316,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         )
 
     # -- inject -------------------------------------------------------------------------------
-    def _act(self, env: Any, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
+    def _act(self, env: object, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
         s = handle.state
         record = s.get("replica_record")
         target = SquatTarget(
@@ -420,7 +428,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         handle.state["preflight_flagged_at"] = now if flagged else None
 
     # -- revert -------------------------------------------------------------------------------
-    def _undo(self, env: Any, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
+    def _undo(self, env: object, params: SquatParams, handle: FaultHandle, ledger: Ledger) -> None:
         """End the squatter named in the ledger entry (checked by its command line).
 
         Needs nothing but the entry: it works in a later process and after a crash. Serve's next
@@ -435,7 +443,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
             ledger.record(handle)
 
     # -- evidence -----------------------------------------------------------------------------
-    def _evidence(self, env: Any, params: SquatParams, handle: FaultHandle) -> Evidence:
+    def _evidence(self, env: object, params: SquatParams, handle: FaultHandle) -> Evidence:
         s = handle.state
         alive = bool(squatter_process(s.get("squatter_pid"), handle.id))
         held = int(s.get("allocated_bytes", 0)) >= int(s["bytes"]) and "squat_ready_at" in s
@@ -452,7 +460,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
             }.items()
             if v
         }
-        symptoms: dict[str, Any] = {
+        symptoms: JsonObject = {
             "device": s["device"],
             "requested_bytes": s["bytes"],
             "allocated_bytes": s.get("allocated_bytes"),
@@ -467,8 +475,8 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         return self._cuda_evidence(handle, held, alive, symptoms, timestamps)
 
     def _host_evidence(
-        self, env: Any, handle: FaultHandle, held: bool, alive: bool,
-        symptoms: dict[str, Any], timestamps: dict[str, float],
+        self, env: object, handle: FaultHandle, held: bool, alive: bool,
+        symptoms: JsonObject, timestamps: dict[str, float],
     ) -> Evidence:  # fmt: skip
         s = handle.state
         symptoms.update({"budget": s["budget"], "observed_bytes": s.get("observed_bytes")})
@@ -526,7 +534,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
             # Begun by Serve before the squat held (judged only where they hung or started).
             "start_attempts_before_the_squat_held": len(raced),
             "preflight_before_restart": preflight_before,
-            "other_replicas_healthy": others_now,
+            "other_replicas_healthy": dict(others_now),
             "other_replicas_unhealthy_seen": others_seen,
             "squatter_held_through_outcome": bool(s.get("squatter_alive_at_outcome")),
         })  # fmt: skip
@@ -578,10 +586,14 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         return f"{replica} did not fail fast on {device}"
 
     @staticmethod
-    def _records(env: Any, s: dict[str, Any]) -> list[ReplicaRecord]:
+    def _records(env: object, s: dict[str, Any]) -> list[ReplicaRecord]:
         # Stopped records included: a failed attempt's clean-up may mark it stopped.
         if s.get("state_dir"):
             return read_records(Path(s["state_dir"]) / "replicas")
+        if not isinstance(env, BudgetEnvironment):
+            raise ConfigError(
+                f"{NAME}: the entry names no state_dir, and {env_name(env)!r} records no replicas"
+            )
         try:
             return read_records(env.load_state().replicas_dir)
         except EnvironmentNotUp:
@@ -592,7 +604,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
         handle: FaultHandle,
         held: bool,
         alive: bool,
-        symptoms: dict[str, Any],
+        symptoms: JsonObject,
         timestamps: dict[str, float],
     ) -> Evidence:
         s = handle.state
@@ -638,7 +650,7 @@ class SquatDeviceMemory(TypedFault[SquatParams, Any]):
             "observed_used_before_bytes": s.get("used_before_bytes"),
             "observed_used_after_bytes": used_after,
             "observed_rise_bytes": rise,
-            "compute_pids": pids,
+            "compute_pids": list(pids),
             "squatter_pid_listed": listed,
         })  # fmt: skip
         bit = holds and rose and (listed or sized)

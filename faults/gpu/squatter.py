@@ -25,12 +25,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psutil
 
 from inferchaos.errors import FaultError
 from inferchaos.primitives.memory_budget import parse_memory_cgroup
+
+if TYPE_CHECKING:
+    # For the type only: the squatter process starts without importing the fault machinery.
+    from inferchaos.faults.base import JsonObject
 
 EXIT_FAILED = 3
 # Safety caps: a host squatter never takes more than half the machine, a cuda one never more
@@ -57,7 +61,7 @@ class HeldMemory:
 
     allocated_bytes: int
     release: Callable[[], None]
-    report: dict[str, Any] = field(default_factory=dict)
+    report: JsonObject = field(default_factory=dict)
 
 
 def parse_request(argv: Sequence[str] | None = None) -> SquatRequest:
@@ -153,7 +157,7 @@ def hold_cuda_memory(request: SquatRequest) -> HeldMemory:
     )
 
 
-def _emit(line: dict[str, Any]) -> None:
+def _emit(line: JsonObject) -> None:
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
 

@@ -7,10 +7,10 @@ cluster acts nowhere. Inject returns as soon as the cluster accepted the change:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Planned, TypedFault, env_name
+from inferchaos.faults.base import JsonObject, Planned, TypedFault, env_name
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import KubeEnvironment
 from inferchaos.primitives.kube.client import K8sTarget
@@ -24,7 +24,7 @@ class K8sFault(TypedFault[P, K8sTarget]):
     layer: ClassVar[Layer] = Layer.K8S
     evidence_at_inject: ClassVar[bool] = False
 
-    def _open(self, env: Any) -> K8sTarget:
+    def _open(self, env: object) -> K8sTarget:
         if not isinstance(env, KubeEnvironment) or not isinstance(env.k8s, K8sTarget):
             raise ConfigError(
                 f"{self.name}: environment {env_name(env)!r} has no Kubernetes layer "
@@ -32,6 +32,6 @@ class K8sFault(TypedFault[P, K8sTarget]):
             )
         return env.k8s
 
-    def _checked_plan(self, opened: K8sTarget, params: dict[str, Any]) -> Planned:
+    def _checked_plan(self, opened: K8sTarget, params: JsonObject) -> Planned:
         opened.allow.ensure_context(self.name, opened.context)
         return super()._checked_plan(opened, params)

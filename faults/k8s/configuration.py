@@ -29,6 +29,10 @@ from inferchaos.errors import ConfigError
 from inferchaos.primitives.kube.allowlist import AllowList
 from inferchaos.primitives.kube.client import K8sTarget, connect_in_cluster, connect_kubeconfig, connect_url
 
+# As Chaos Toolkit passes them to every activity: YAML mappings, or None where the experiment has none.
+Configuration = dict[str, Any] | None
+Secrets = dict[str, Any] | None
+
 
 @dataclass
 class ChaosToolkitEnv:
@@ -38,9 +42,7 @@ class ChaosToolkitEnv:
     k8s: K8sTarget
 
 
-def env_from_configuration(
-    configuration: dict[str, Any] | None, secrets: dict[str, Any] | None
-) -> ChaosToolkitEnv:
+def env_from_configuration(configuration: Configuration, secrets: Secrets) -> ChaosToolkitEnv:
     """The environment described by a Chaos Toolkit configuration; ConfigError when incomplete."""
     config = configuration or {}
     context = config.get("kube_context")

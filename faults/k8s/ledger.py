@@ -21,7 +21,7 @@ import copy
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -44,7 +44,7 @@ from kubernetes.client import (
 from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, timestamps
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
 from inferchaos.faults.k8s.base import K8sFault
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
@@ -100,11 +100,11 @@ class TaintParams:
         if not self.label_selector:
             raise ConfigError("taint_gpu_nodes needs a non-empty label_selector")
 
-    def taint(self) -> dict[str, str]:
+    def taint(self) -> JsonObject:
         """The taint as the API writes it."""
         return {"key": self.key, "value": self.value, "effect": self.effect}
 
-    def is_ours(self, taint: dict[str, Any]) -> bool:
+    def is_ours(self, taint: Mapping[str, object]) -> bool:
         """Whether ``taint`` (API JSON) is the one this fault adds: same key and effect."""
         return taint.get("key") == self.key and taint.get("effect") == self.effect
 
@@ -255,8 +255,8 @@ class SquatGpuLedger(K8sFault[SquatParams]):
             f"{len(holding)}/{len(squatters)} squatter(s) bound, holding {sum(holding.values())} {params.resource}; "
             f"{len(waiting)} Pod(s) Pending for Insufficient {params.resource}"
         )
-        symptoms = {
-            "squatters_bound": holding,
+        symptoms: JsonObject = {
+            "squatters_bound": dict(holding),
             "gpus_held": sum(holding.values()),
             "pending": [p.describe() for p in waiting],
         }
@@ -363,16 +363,16 @@ class TaintGpuNodes(K8sFault[TaintParams]):
         names = [n.metadata.name for n in gpu_nodes]
         target.allow.ensure_nodes(self.name, target.core, names)
         target.allow.ensure_max_targets(self.name, "node(s)", names)
-        state: dict[str, Any] = {"nodes": {}}
+        tainted: JsonObject = {}
         for node in gpu_nodes:
             taints = (node.spec.taints if node.spec else None) or []
             if any(t.key == params.key and t.effect == params.effect for t in taints):
                 raise ConfigError(
                     f"{self.name}: node {node.metadata.name!r} already has taint {params.key}:{params.effect}"
                 )
-            state["nodes"][node.metadata.name] = {"had_taints": bool(taints)}
+            tainted[node.metadata.name] = {"had_taints": bool(taints)}
         description = f"taint {', '.join(names)} with {params.key}={params.value}:{params.effect}"
-        return Planned(description, [f"node/{n}" for n in names], state)
+        return Planned(description, [f"node/{n}" for n in names], {"nodes": tainted})
 
     def _act(self, target: K8sTarget, params: TaintParams, handle: FaultHandle, ledger: Ledger) -> None:
         for node in handle.state["nodes"]:
@@ -395,13 +395,13 @@ class TaintGpuNodes(K8sFault[TaintParams]):
             f"{len(tainted)}/{len(handle.state['nodes'])} node(s) carry {params.key}:{params.effect}; "
             f"{len(waiting)} Pod(s) Pending for the untolerated taint"
         )
-        symptoms = {"tainted": tainted, "pending": [p.describe() for p in waiting]}
+        symptoms: JsonObject = {"tainted": tainted, "pending": [p.describe() for p in waiting]}
         return Evidence(all_tainted and bool(waiting), reason, symptoms, timestamps(handle))
 
 
 def _drop_taint(
-    params: TaintParams, had_taints: bool, taints: list[dict[str, Any]] | None
-) -> list[dict[str, Any]] | None:
+    params: TaintParams, had_taints: bool, taints: list[JsonObject] | None
+) -> list[JsonObject] | None:
     """``taints`` without this fault's taint."""
     kept = [t for t in taints or [] if not params.is_ours(t)]
     # No empty list where there was no field before: the node reads back exactly as it was.
@@ -409,7 +409,7 @@ def _drop_taint(
 
 
 def _change_taints(
-    target: K8sTarget, node: str, change: Callable[[list[dict[str, Any]] | None], list[dict[str, Any]] | None]
+    target: K8sTarget, node: str, change: Callable[[list[JsonObject] | None], list[JsonObject] | None]
 ) -> None:
     """Rewrite ``node``'s taints with ``change``, retrying when someone else wrote first.
 
@@ -506,7 +506,7 @@ class ForceAntiAffinityDeadlock(K8sFault[AntiAffinityParams]):
         original = handle.state["original_spec"]
         current = live["spec"]
         # Only the two fields this fault changed go back: a rollout made meanwhile must survive.
-        ops: list[dict[str, Any]] = []
+        ops: list[JsonObject] = []
         was, now = original["template"]["spec"].get("affinity"), current["template"]["spec"].get("affinity")
         if now != was:
             path = "/spec/template/spec/affinity"
@@ -530,7 +530,7 @@ class ForceAntiAffinityDeadlock(K8sFault[AntiAffinityParams]):
             f"{len(stuck)} Pod(s) of {params.deployment} Pending for pod anti-affinity; "
             f"{ready}/{handle.state['replicas']} replicas ready"
         )
-        symptoms = {
+        symptoms: JsonObject = {
             "ready_replicas": ready,
             "replicas": handle.state["replicas"],
             "pending": [p.describe() for p in stuck],

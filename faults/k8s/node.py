@@ -23,7 +23,7 @@ from kubernetes.client import V1DeleteOptions, V1Eviction, V1Node, V1ObjectMeta,
 from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, timestamps
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
 from inferchaos.faults.k8s.base import K8sFault
 from inferchaos.faults.k8s.container_runtime import ContainerRuntime, resolve_runtime
 from inferchaos.faults.k8s.nodes import (
@@ -154,8 +154,8 @@ class DrainNode(K8sFault[DrainParams]):
             pods: list[Any] = target.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={params.node}"
             ).items
-        evict: list[dict[str, str]] = []
-        skipped: dict[str, str] = {}
+        evict: list[JsonObject] = []
+        skipped: JsonObject = {}
         for pod in pods:
             key = f"{pod.metadata.namespace}/{pod.metadata.name}"
             if pod.metadata.namespace != params.namespace:
@@ -173,7 +173,7 @@ class DrainNode(K8sFault[DrainParams]):
             f"through the Eviction API; {len(skipped)} Pod(s) left in place"
         )
         targets = [f"node/{params.node}", *(f"pod/{params.namespace}/{p['name']}" for p in evict)]
-        return Planned(description, targets, {"evict": evict, "skipped": skipped})
+        return Planned(description, targets, {"evict": list(evict), "skipped": skipped})
 
     def _act(self, target: K8sTarget, params: DrainParams, handle: FaultHandle, ledger: Ledger) -> None:
         set_unschedulable(target.core, params.node, True)
@@ -235,7 +235,7 @@ class DrainNode(K8sFault[DrainParams]):
             f"node {params.node} is {'unschedulable' if cordoned else 'schedulable'}; "
             f"{len(evicted) - len(still)}/{len(evicted)} planned Pod(s) evicted"
         )
-        symptoms = {
+        symptoms: JsonObject = {
             "node": params.node,
             "unschedulable": cordoned,
             "evicted": [p["name"] for p in evicted if p["name"] not in still],
@@ -337,10 +337,10 @@ class StopNodeContainer(K8sFault[StopContainerParams]):
             f"container {'running' if running else 'stopped'}; node {params.node} Ready={ready}; "
             f"{len(waiting)} Pod(s) Pending that the lost node cannot take"
         )
-        symptoms = {
+        symptoms: JsonObject = {
             "node": params.node,
             "container_running": running,
             "node_ready": ready,
-            "pending": waiting,
+            "pending": list(waiting),
         }
         return Evidence(bit, reason, symptoms, timestamps(handle))

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes.client import V1DeleteOptions, V1Preconditions
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, timestamps
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
 from inferchaos.faults.k8s.base import K8sFault
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
@@ -90,7 +90,7 @@ class KillPods(K8sFault[KillPodsParams]):
         chosen = random.Random(params.seed).sample(candidates, wanted)
         names = [f"pod/{params.namespace}/{p.metadata.name}" for p in chosen]
         target.allow.ensure_max_targets(self.name, "Pod(s)", names)
-        state = {
+        state: JsonObject = {
             "pods": [
                 {"name": p.metadata.name, "uid": p.metadata.uid, "node": p.spec.node_name} for p in chosen
             ]
@@ -130,5 +130,9 @@ class KillPods(K8sFault[KillPodsParams]):
                 survived.append(pod["name"])
         total = len(handle.state["pods"])
         reason = f"{len(killed)}/{total} chosen Pod(s) gone or terminating"
-        symptoms = {"killed": killed, "replaced_by_same_name": replaced, "still_running": survived}
+        symptoms: JsonObject = {
+            "killed": killed,
+            "replaced_by_same_name": replaced,
+            "still_running": survived,
+        }
         return Evidence(total > 0 and not survived, reason, symptoms, timestamps(handle))

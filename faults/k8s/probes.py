@@ -12,16 +12,14 @@ import logging
 from typing import Any
 
 from inferchaos.faults import actions
-from inferchaos.faults.k8s.configuration import env_from_configuration
+from inferchaos.faults.base import JsonObject
+from inferchaos.faults.k8s.configuration import Configuration, Secrets, env_from_configuration
 from inferchaos.primitives.kube.api import api_errors
 
 logger = logging.getLogger(__name__)
 
 # What Chaos Toolkit's discovery lists (inferchaos/ctk/discovery.py).
 __all__ = ["deployment_must_be_ready", "fault_effect"]
-
-Configuration = dict[str, Any] | None
-Secrets = dict[str, Any] | None
 
 
 def deployment_must_be_ready(
@@ -37,7 +35,7 @@ def deployment_must_be_ready(
     return (found.status.ready_replicas or 0) >= (found.spec.replicas or 0)
 
 
-def fault_effect(fault: str, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
+def fault_effect(fault: str, configuration: Configuration = None, secrets: Secrets = None) -> JsonObject:
     """Evidence of every live ledger entry of ``fault`` (``k8s.<verb>``): did it bite, and how."""
     if "." not in fault:
         # Before 0.2 this probe took the bare verb and added the layer itself.

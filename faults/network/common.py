@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from inferchaos.errors import ConfigError, Unsupported
-from inferchaos.faults.base import replica_name, require_capability
+from inferchaos.faults.base import capability_error, replica_name
 from inferchaos.primitives.capabilities import NetworkEnvironment
 from inferchaos.primitives.env_status import NetworkStatus
 from inferchaos.primitives.ray_nodes import RayNodeRecord
 
 
-def open_network(fault: str, env: Any) -> NetworkEnvironment:
+def open_network(fault: str, env: object) -> NetworkEnvironment:
     """``env`` as a NetworkEnvironment; ConfigError for an environment that has none."""
-    opened: NetworkEnvironment = require_capability(
-        fault, env, NetworkEnvironment, "the embedded local environment only (its workers' namespaces)"
-    )
-    return opened
+    if not isinstance(env, NetworkEnvironment):
+        raise capability_error(fault, env, "the embedded local environment only (its workers' namespaces)")
+    return env
 
 
 def require_links(fault: str, env: NetworkEnvironment) -> NetworkStatus:

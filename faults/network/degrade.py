@@ -20,10 +20,9 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, set_times
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, TypedFault, set_times
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.network.common import open_network, require_links, target_worker
 from inferchaos.faults.registry import register
@@ -103,7 +102,7 @@ class DegradeLink(TypedFault[DegradeLinkParams, NetworkEnvironment]):
     layer = Layer.NETWORK
     params_type = DegradeLinkParams
 
-    def _open(self, env: Any) -> NetworkEnvironment:
+    def _open(self, env: object) -> NetworkEnvironment:
         return open_network(self.name, env)
 
     def _plan(self, env: NetworkEnvironment, params: DegradeLinkParams) -> Planned:
@@ -124,8 +123,8 @@ class DegradeLink(TypedFault[DegradeLinkParams, NetworkEnvironment]):
             f"degrade the link of worker node {record.name} ({record.address}, netns {record.namespace}): "
             f"{', '.join(parts)} on everything it sends, hosting {', '.join(hit) or 'no replica'}"
         )
-        state = {"node_name": record.name, "namespace": record.namespace, "node_address": record.address,
-                 "replicas": hit}  # fmt: skip
+        state: JsonObject = {"node_name": record.name, "namespace": record.namespace, "node_address": record.address,
+                 "replicas": list(hit)}  # fmt: skip
         return Planned(description, [f"netns:{record.namespace}", f"link:{record.name}"], state)
 
     def _act(

@@ -23,12 +23,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.faults.base import (
     Evidence,
     FaultHandle,
+    JsonObject,
     Planned,
     TypedFault,
     set_times,
@@ -143,7 +143,7 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
     layer = Layer.NETWORK
     params_type = PartitionNodeParams
 
-    def _open(self, env: Any) -> NetworkEnvironment:
+    def _open(self, env: object) -> NetworkEnvironment:
         return open_network(self.name, env)
 
     def _plan(self, env: NetworkEnvironment, params: PartitionNodeParams) -> Planned:
@@ -167,7 +167,7 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
             f"{network.head_address} ({params.direction}), hosting {', '.join(hit) or 'no replica'}; "
             "revert heals the link and replaces the node if Ray marked it DEAD"
         )
-        state = {
+        state: JsonObject = {
             "node_name": record.name,
             "node_id": node.node_id,
             "pid": record.pid,
@@ -175,7 +175,7 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
             "node_address": record.address,
             "head_address": network.head_address,
             "gcs_port": head.ports.gcs,
-            "replicas": hit,
+            "replicas": list(hit),
         }
         return Planned(
             description, [f"netns:{record.namespace}", f"ray-node:{record.name}:{node.node_id}"], state

@@ -13,15 +13,19 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, set_times, wait_until
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault, free_gpus
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import RayProcessEnvironment
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.util.state.common import ActorState
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +105,7 @@ class LeakActors(LocalProcessFault[LeakParams]):
 
     def __init__(self) -> None:
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
-        self._probe_refs: dict[str, Any] = {}
+        self._probe_refs: dict[str, ObjectRef[float]] = {}
 
     def _plan(self, env: RayProcessEnvironment, params: LeakParams) -> Planned:
         if params.count is None:
@@ -148,7 +152,7 @@ class LeakActors(LocalProcessFault[LeakParams]):
             # The state API learns of a task from events flushed about once a second.
             wait_until(lambda: self._task_state(handle) == "PENDING_NODE_ASSIGNMENT", 10.0, 0.5)
 
-    def _leaked(self, handle: FaultHandle) -> list[Any]:
+    def _leaked(self, handle: FaultHandle) -> list[ActorState]:
         from ray.util.state import list_actors
 
         prefix = f"ic-leak-{handle.id}-"
@@ -248,7 +252,7 @@ class LeakActors(LocalProcessFault[LeakParams]):
         took = exhausted and float(handle.state.get("gpus_free_before", 0.0)) > 0
         holding = alive >= 1 or (took and pending_actors >= 1)
         bit = holding and (exhausted or params.num_gpus == 0)
-        symptoms = {
+        symptoms: JsonObject = {
             "class": params.class_name,
             "actors_created": len(handle.state.get("actor_ids", [])),
             "actors_alive": alive,

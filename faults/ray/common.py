@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from inferchaos.faults.base import TypedFault, require_capability
+from inferchaos.faults.base import TypedFault, capability_error
 from inferchaos.primitives.capabilities import RayProcessEnvironment
 
 P = TypeVar("P")
@@ -13,13 +13,14 @@ P = TypeVar("P")
 class LocalProcessFault(TypedFault[P, RayProcessEnvironment]):
     """A fault that kills or starts processes, so it needs the embedded environment's process records."""
 
-    def _open(self, env: Any) -> RayProcessEnvironment:
-        return require_capability(
-            self.name,
-            env,
-            RayProcessEnvironment,
-            "the embedded local environment only (it needs its process records)",
-        )
+    def _open(self, env: object) -> RayProcessEnvironment:
+        if not isinstance(env, RayProcessEnvironment):
+            raise capability_error(
+                self.name,
+                env,
+                "the embedded local environment only (it needs its process records)",
+            )
+        return env
 
 
 def free_gpus(env: RayProcessEnvironment) -> float:

@@ -40,10 +40,11 @@ from inferchaos.errors import ConfigError, EnvironmentError_, FaultError, Platfo
 from inferchaos.faults.base import (
     Evidence,
     FaultHandle,
+    JsonObject,
     Planned,
     RevertWait,
     TypedFault,
-    require_capability,
+    capability_error,
     set_times,
     wait_until,
 )
@@ -101,7 +102,7 @@ class ClusterView:
     # node id -> state (ALIVE, DEAD)
     nodes: dict[str, str]
     # actor id -> [class name, pid], ALIVE actors of Serve only
-    serve_actors: dict[str, list[Any]]
+    serve_actors: dict[str, list[str | int]]
 
     @property
     def alive_nodes(self) -> set[str]:
@@ -150,7 +151,7 @@ def gcs_processes(storage: GcsStorage) -> list[psutil.Process]:
     return found
 
 
-def intact(before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, Any]:
+def intact(before: dict[str, Any], after: dict[str, Any] | None) -> JsonObject:
     """How the cluster after the outage compares with before: the same nodes ALIVE, the same Serve
     actors ALIVE in the same processes (none restarted, none lost)."""
     if after is None:
@@ -165,14 +166,14 @@ def intact(before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, An
     return {
         "nodes_intact": not nodes_lost,
         "serve_intact": bool(was.serve_actors) and not serve_lost,
-        "nodes_lost": nodes_lost,
-        "serve_actors_lost": serve_lost,
+        "nodes_lost": list(nodes_lost),
+        "serve_actors_lost": list(serve_lost),
     }
 
 
 def gcs_evidence(
     state: dict[str, Any],
-    outage: dict[str, Any] | None,
+    outage: JsonObject | None,
     running_now: list[int],
     injected_at: float | None,
     reverted_at: float | None,
@@ -187,10 +188,10 @@ def gcs_evidence(
     comparison = intact(state["before"], state.get("after"))
     before = ClusterView(**state["before"])
     after = ClusterView(**state["after"]) if state.get("after") else None
-    symptoms: dict[str, Any] = {
+    symptoms: JsonObject = {
         "gcs_pid_before": pid,
         "gcs_pid_after": state.get("restarted_pid") or next((p for p in running_now if p != pid), None),
-        "gcs_running_now": running_now,
+        "gcs_running_now": list(running_now),
         "gcs_back": back_at is not None,
         # From the kill: until the revert started it again, and until it answered with every node.
         "restarted_after_s": round(restarted_at - killed_at, 2) if restarted_at and killed_at else None,
@@ -216,7 +217,7 @@ def gcs_evidence(
     return Evidence(bit=bit, reason=_reason(state, symptoms, bit), symptoms=symptoms, timestamps=timestamps)
 
 
-def _reason(state: dict[str, Any], symptoms: dict[str, Any], bit: bool) -> str:
+def _reason(state: dict[str, Any], symptoms: JsonObject, bit: bool) -> str:
     pid = symptoms["gcs_pid_before"]
     if state.get("killed_at") is None:
         return f"the GCS (pid {pid}) was never killed: the injector stopped before its SIGKILL"
@@ -262,13 +263,14 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
         # Counted from the restart, which the revert does first.
         return RevertWait(params.recover_timeout_s, "recover_timeout_s")
 
-    def _open(self, env: Any) -> GcsEnvironment:
-        return require_capability(
-            self.name,
-            env,
-            GcsEnvironment,
-            "the embedded local environment only (the GCS must run on this host)",
-        )
+    def _open(self, env: object) -> GcsEnvironment:
+        if not isinstance(env, GcsEnvironment):
+            raise capability_error(
+                self.name,
+                env,
+                "the embedded local environment only (the GCS must run on this host)",
+            )
+        return env
 
     def _plan(self, env: GcsEnvironment, params: KillGcsParams) -> Planned:
         storage = env.gcs_storage()
@@ -312,7 +314,7 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
             f"{len(before.serve_actors)} Serve actors must keep serving while it is down; revert starts the same "
             f"command again and waits up to {params.recover_timeout_s:g} s for every node to be ALIVE in it"
         )
-        state = {
+        state: JsonObject = {
             "pid": proc.pid,
             "create_time": created,
             "launch": asdict(launch),
@@ -428,7 +430,7 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
             time.sleep(POLL_INTERVAL_S)
 
     @staticmethod
-    def _stop_requests(handle: FaultHandle) -> dict[str, Any] | None:
+    def _stop_requests(handle: FaultHandle) -> JsonObject | None:
         requests = _REQUESTS.pop(handle.id, None)
         return requests.stop() if requests is not None else None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, wait_until
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, replica_name, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
@@ -117,7 +117,7 @@ class KillNode(LocalProcessFault[KillNodeParams]):
             f"process-tree:{record.pid}",
             *[f"replica:{r.name}" for r in hit],
         ]
-        state = {
+        state: JsonObject = {
             "node_name": record.name,
             "node_id": node_id,
             "pid": record.pid,

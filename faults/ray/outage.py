@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from inferchaos.faults.base import JsonObject
 from inferchaos.primitives.openai_stream import stream_completion
 
 # Short, so that each request is a quick yes or no.
@@ -45,7 +45,7 @@ class FrontDoorRequests:
     def start(self) -> None:
         self._thread.start()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         """A copy of the tally so far."""
         with self._lock:
             return asdict(self._tally)
@@ -54,7 +54,7 @@ class FrontDoorRequests:
         """Send no further request (the one in flight still counts); returns at once."""
         self._stop.set()
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> JsonObject:
         """Stop sending, wait for the request in flight (one timeout at most), return the tally."""
         self._stop.set()
         self._thread.join(timeout=REQUEST_TIMEOUT_S + 1.0)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, set_times, wait_until
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault, free_gpus
 from inferchaos.faults.registry import register
@@ -98,7 +98,12 @@ class StallPlacementGroup(LocalProcessFault[StallParams]):
         if bundles > params.max_gpus:
             raise ConfigError(f"{self.name}: {bundles} GPUs in bundles exceed max_gpus {params.max_gpus}")
         description = f"create a detached {strategy} placement group of {bundles} x 1 GPU ({params.mode}); revert removes it"
-        state = {"pg_name": "", "strategy": strategy, "bundles": bundles, "free_gpus_before": free_gpus(env)}
+        state: JsonObject = {
+            "pg_name": "",
+            "strategy": strategy,
+            "bundles": bundles,
+            "free_gpus_before": free_gpus(env),
+        }
         return Planned(description, [f"ray-placement-group:{strategy}x{bundles}"], state, asdict(params))
 
     def _act(

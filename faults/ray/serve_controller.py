@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -38,10 +38,11 @@ from inferchaos.errors import ConfigError, EnvironmentError_, FaultError, Platfo
 from inferchaos.faults.base import (
     Evidence,
     FaultHandle,
+    JsonObject,
     Planned,
     RevertWait,
     TypedFault,
-    require_capability,
+    capability_error,
     set_times,
     wait_until,
 )
@@ -52,6 +53,9 @@ from inferchaos.layers import Layer
 from inferchaos.params import seconds
 from inferchaos.primitives.capabilities import ServeProcessEnvironment
 from inferchaos.primitives.processes import same_process
+
+if TYPE_CHECKING:
+    from ray.util.state.common import ActorState
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +100,7 @@ class ControllerSighting:
     num_restarts: int | None
 
 
-def sightings(actors: Iterable[Any]) -> list[ControllerSighting]:
+def sightings(actors: Iterable[ActorState]) -> list[ControllerSighting]:
     """The Serve controllers among state-API actor records (``ray.util.state.common.ActorState``).
 
     Serve names its controller; an application's own actor of a class called ServeController
@@ -209,7 +213,7 @@ class OutageObservations:
     read_errors: int = 0
     last_read_error: str = ""
     back_at: float | None = None
-    after: dict[str, Any] | None = None
+    after: JsonObject | None = None
     timed_out: bool = False
     # keep_down: the controllers Ray brought back and the watcher killed again.
     crash_loop_pids: list[int] = field(default_factory=list)
@@ -243,14 +247,14 @@ class _OutageWatch:
         self._watcher.start()
         self._requests.start()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         """A copy of the observations so far (the threads keep writing theirs): the front door's tally
         and what the watcher saw."""
         tally = self._requests.snapshot()
         with self._lock:
             return {**tally, **asdict(self.obs)}
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> JsonObject:
         """Wait for the watcher (it ends by the deadline; a crash loop ends now), then stop the requests."""
         if self._keep_down:
             self._stop.set()
@@ -349,7 +353,7 @@ def controller_evidence(
     bit = killed_at is not None and (state.get("pid_gone_at") is not None or process_gone or restarted)
     back = after is not None
     back_after_s = round(back_at - killed_at, 2) if back_at and killed_at else None
-    symptoms: dict[str, Any] = {
+    symptoms: JsonObject = {
         "controller_actor_id_before": state["actor_id"],
         "controller_actor_id_after": after.actor_id if after else None,
         # Ray restarts an actor under its old id; a new id means a new controller was created.
@@ -382,7 +386,7 @@ def controller_evidence(
     return Evidence(bit=bit, reason=_reason(state, symptoms, bit), symptoms=symptoms, timestamps=timestamps)
 
 
-def _reason(state: dict[str, Any], symptoms: dict[str, Any], bit: bool) -> str:
+def _reason(state: dict[str, Any], symptoms: JsonObject, bit: bool) -> str:
     pid = symptoms["controller_pid_before"]
     if state.get("killed_at") is None:
         return f"the Serve controller (pid {pid}) was never killed: the injector stopped before its SIGKILL"
@@ -420,16 +424,17 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
         # otherwise Ray restarts it at once and the deadline counts from the kill.
         return RevertWait(params.recover_timeout_s, "recover_timeout_s", from_inject=not params.keep_down)
 
-    def _open(self, env: Any) -> ServeProcessEnvironment:
-        return require_capability(
-            self.name,
-            env,
-            ServeProcessEnvironment,
-            (
-                "the embedded local environment only (the controller's process must be on this host, "
-                "and it needs the environment's status)"
-            ),
-        )
+    def _open(self, env: object) -> ServeProcessEnvironment:
+        if not isinstance(env, ServeProcessEnvironment):
+            raise capability_error(
+                self.name,
+                env,
+                (
+                    "the embedded local environment only (the controller's process must be on this host, "
+                    "and it needs the environment's status)"
+                ),
+            )
+        return env
 
     def _plan(self, env: ServeProcessEnvironment, params: KillServeControllerParams) -> Planned:
         env.connect_ray()
@@ -460,7 +465,7 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
             f"{controller.actor_id[:12]} on node {node}{restarts}, as a crash would; the proxy and the replicas "
             f"keep serving the routes they hold meanwhile; {outage}"
         )
-        state = {
+        state: JsonObject = {
             "actor_id": controller.actor_id,
             "pid": controller.pid,
             "create_time": created,

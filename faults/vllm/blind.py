@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import (
@@ -21,7 +20,7 @@ from inferchaos.faults.base import (
     FaultHandle,
     Planned,
     TypedFault,
-    require_capability,
+    capability_error,
     timestamps,
 )
 from inferchaos.faults.ledger import Ledger
@@ -48,13 +47,14 @@ class BlindHealthCheck(TypedFault[BlindHealthCheckParams, HealthCheckEnvironment
     layer = Layer.VLLM
     params_type = BlindHealthCheckParams
 
-    def _open(self, env: Any) -> HealthCheckEnvironment:
-        return require_capability(
-            self.name,
-            env,
-            HealthCheckEnvironment,
-            "an environment whose replicas' health check inferchaos sets (the embedded local one)",
-        )
+    def _open(self, env: object) -> HealthCheckEnvironment:
+        if not isinstance(env, HealthCheckEnvironment):
+            raise capability_error(
+                self.name,
+                env,
+                "an environment whose replicas' health check inferchaos sets (the embedded local one)",
+            )
+        return env
 
     def _plan(self, env: HealthCheckEnvironment, params: BlindHealthCheckParams) -> Planned:
         before = env.health_check_in_force()

@@ -15,7 +15,15 @@ import httpx
 import psutil
 
 from inferchaos.errors import FaultError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, set_times, wait_until
+from inferchaos.faults.base import (
+    Evidence,
+    FaultHandle,
+    JsonObject,
+    Planned,
+    replica_name,
+    set_times,
+    wait_until,
+)
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
@@ -80,7 +88,7 @@ class KillEngine(LocalProcessFault[KillEngineParams]):
             f"SIGKILL the EngineCore (pid {engine.pid}) of {target.name}; its server answers 503 and exits; "
             f"{', '.join(r.name for r in others) or 'no replica'} keeps serving; Serve replaces {target.name}"
         )
-        state = {
+        state: JsonObject = {
             "replica": target.name,
             "url": target.url,
             "server_pid": target.vllm_pid,

@@ -16,19 +16,18 @@ import random
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import httpx
 
 from inferchaos.errors import ConfigError, FaultError, ProbeError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, TypedFault, env_name, set_times
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, TypedFault, env_name, set_times
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import StatusEnvironment
 from inferchaos.primitives.openai_stream import stream_completion
-from inferchaos.primitives.vllm_metrics import parse_metrics
+from inferchaos.primitives.vllm_metrics import VllmSnapshot, parse_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +136,7 @@ def _count_tokens(url: str, model: str, text: str) -> int:
         raise FaultError(f"could not size flood prompts with {url}/tokenize: {e}") from e
 
 
-def _read_snapshot(url: str) -> Any:
+def _read_snapshot(url: str) -> VllmSnapshot:
     return parse_metrics(httpx.get(url, timeout=5).text)
 
 
@@ -177,7 +176,7 @@ class _FloodThread(threading.Thread):
             gate = asyncio.Semaphore(s.concurrency)
             monitor = asyncio.create_task(self._monitor(client))
             launcher = asyncio.create_task(self._launch(client, gate))
-            stop_wait: asyncio.Task[Any] = asyncio.create_task(self._stop_event.wait())
+            stop_wait: asyncio.Task[object] = asyncio.create_task(self._stop_event.wait())
             waits = {stop_wait}
             if s.duration_s:
                 waits.add(asyncio.create_task(asyncio.sleep(s.duration_s)))
@@ -266,7 +265,7 @@ class FloodKvCache(TypedFault[FloodParams, StatusEnvironment]):
     def __init__(self) -> None:
         self._threads: dict[str, _FloodThread] = {}
 
-    def _open(self, env: Any) -> StatusEnvironment:
+    def _open(self, env: object) -> StatusEnvironment:
         if not isinstance(env, StatusEnvironment):
             raise ConfigError(f"{self.name}: environment {env_name(env)!r} reports no status to find vLLM in")
         return env
@@ -318,7 +317,7 @@ class FloodKvCache(TypedFault[FloodParams, StatusEnvironment]):
             f"{s.max_tokens} output tokens (ignore_eos) open against {target.name} ({s.url}); "
             f"KV capacity {s.kv_capacity_tokens} tokens; revert closes every connection"
         )
-        state = {"settings": asdict(s), "target": target.name}
+        state: JsonObject = {"settings": asdict(s), "target": target.name}
         recorded = {**asdict(params), "concurrency": s.concurrency}
         return Planned(description, [f"vllm:{name}" for name in s.metrics_urls], state, recorded)
 

@@ -28,12 +28,14 @@ from typing import Any
 import httpx
 
 from inferchaos.errors import ConfigError, FaultError, ProbeError
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, set_times
+from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, replica_name, set_times
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.processes import (
     GONE,
+    ProcessEntry,
+    entry_json,
     pid_list,
     process_state,
     processes_to_stop,
@@ -89,7 +91,7 @@ def read_health(url: str) -> tuple[int | None, str]:
         return None, f"/health could not be read: {e}"
 
 
-def read_progress(metrics_url: str) -> dict[str, Any]:
+def read_progress(metrics_url: str) -> JsonObject:
     """Generated tokens so far and requests in flight from a replica's /metrics, or ``error`` (never raises)."""
     try:
         response = httpx.get(metrics_url, timeout=HTTP_TIMEOUT_S)
@@ -122,7 +124,7 @@ _RESUMERS: dict[str, _Resumer] = {}
 _RESUMERS_LOCK = threading.Lock()
 
 
-def _resume_on_time(handle_id: str, replica: str, entries: list[dict[str, Any]]) -> None:
+def _resume_on_time(handle_id: str, replica: str, entries: list[ProcessEntry]) -> None:
     """The timer's work: resume the processes unless revert came first.
 
     It neither writes the ledger nor touches the handle: the injecting thread may be writing
@@ -170,13 +172,13 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
                 f"{self.name}: {target.name}: pids {pid_list(already)} are stopped already; "
                 f"revert the hang that stopped them first (`inferchaos cleanup`)"
             )
-        state = {
+        state: JsonObject = {
             "replica": target.name,
             "what": params.what,
             "url": target.url,
             "metrics_url": target.metrics_url,
             "server_pid": target.vllm_pid,
-            "processes": found,
+            "processes": [entry_json(e) for e in found],
         }
         targets = [f"replica:{target.name}", *(f"pid:{pid}" for pid in pids)]
         return Planned(self._describe(target, params, pids, others), targets, state)
@@ -323,14 +325,14 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             if "generation_tokens_total" in now and "generation_tokens_total" in before
             else None
         )
-        symptoms: dict[str, Any] = {
+        symptoms: JsonObject = {
             "replica": replica,
             "what": what,
-            "pids": pids,
+            "pids": list(pids),
             "process_names": {str(e["pid"]): e["name"] for e in entries},
             "states_at_inject": state.get("states_at_inject", {}),
-            "states_now": states,
-            "pids_gone": gone,
+            "states_now": dict(states),
+            "pids_gone": list(gone),
             "health_status": health_status,
             "health_error": health_error,
             "generation_tokens_at_inject": before.get("generation_tokens_total"),

@@ -12,16 +12,34 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import psutil
 
 from inferchaos.errors import FaultError
+from inferchaos.faults.base import JsonObject
 from inferchaos.faults.vllm.engine import find_engine_core
 from inferchaos.primitives.processes import descendants
 from inferchaos.primitives.processes import same_process as same_pid_and_start
 
 GONE = "gone"
+
+
+class ProcessEntry(TypedDict):
+    """One recorded process, as the ledger keeps it; ``cgroup``: where a slow fault found it."""
+
+    pid: int
+    create_time: float
+    name: str
+    cgroup: NotRequired[str | None]
+
+
+def entry_json(entry: ProcessEntry) -> JsonObject:
+    """``entry`` for a fault's state, key for key (mypy takes no TypedDict for a ``JsonObject``)."""
+    stored: JsonObject = {"pid": entry["pid"], "create_time": entry["create_time"], "name": entry["name"]}
+    if "cgroup" in entry:
+        stored["cgroup"] = entry["cgroup"]
+    return stored
 
 
 def process_state(pid: int) -> str | None:
@@ -35,12 +53,12 @@ def process_state(pid: int) -> str | None:
     return stat[stat.rindex(")") + 2]
 
 
-def same_process(entry: dict[str, Any]) -> psutil.Process | None:
+def same_process(entry: ProcessEntry) -> psutil.Process | None:
     """The live process ``entry`` recorded (pid and start time), or None when it is gone or its pid was reused."""
     return same_pid_and_start(int(entry["pid"]), float(entry["create_time"]))
 
 
-def state_of(entry: dict[str, Any]) -> str:
+def state_of(entry: ProcessEntry) -> str:
     """The state letter of the recorded process, or ``gone`` (exited, or its pid reused)."""
     if same_process(entry) is None:
         return GONE
@@ -83,12 +101,12 @@ def processes_to_stop(what: str, server_pid: int) -> list[psutil.Process]:
     return found
 
 
-def records(processes: list[psutil.Process]) -> list[dict[str, Any]]:
+def records(processes: list[psutil.Process]) -> list[ProcessEntry]:
     """What undo needs to find each process again, and only it: pid, start time, and a name for messages.
 
     A process that ended while it was read is left out.
     """
-    found = []
+    found: list[ProcessEntry] = []
     for proc in processes:
         try:
             found.append({"pid": proc.pid, "create_time": proc.create_time(), "name": proc.name()})
@@ -98,7 +116,7 @@ def records(processes: list[psutil.Process]) -> list[dict[str, Any]]:
 
 
 def signal_recorded(
-    entries: list[dict[str, Any]], sig: signal.Signals
+    entries: list[ProcessEntry], sig: signal.Signals
 ) -> tuple[list[int], list[int], list[str]]:
     """Send ``sig`` to each recorded process that is still the same; (signalled, gone, failures)."""
     sent, gone, failed = [], [], []
@@ -117,7 +135,7 @@ def signal_recorded(
     return sent, gone, failed
 
 
-def wait_stopped(entries: list[dict[str, Any]], timeout_s: float) -> dict[str, str]:
+def wait_stopped(entries: list[ProcessEntry], timeout_s: float) -> dict[str, str]:
     """The state of each recorded pid once all are stopped, or as they are when ``timeout_s`` ran out.
 
     SIGSTOP is delivered asynchronously, when the process next runs in the kernel.

@@ -59,11 +59,20 @@ import httpx
 import psutil
 
 from inferchaos.errors import ConfigError, FaultError, Unsupported
-from inferchaos.faults.base import Evidence, FaultHandle, Planned, replica_name, set_times
+from inferchaos.faults.base import (
+    Evidence,
+    FaultHandle,
+    JsonObject,
+    JsonValue,
+    Planned,
+    replica_name,
+    set_times,
+)
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.processes import (
+    ProcessEntry,
     pid_list,
     process_group,
     process_state,
@@ -301,7 +310,7 @@ def _sample(result: StreamResult) -> dict[str, Any]:
     }
 
 
-def _cpu_seconds(entries: list[dict[str, Any]]) -> float:
+def _cpu_seconds(entries: list[ProcessEntry]) -> float:
     """CPU seconds (user + system) the recorded live processes used so far."""
     total = 0.0
     for entry in entries:
@@ -316,7 +325,7 @@ def _cpu_seconds(entries: list[dict[str, Any]]) -> float:
     return total
 
 
-def measure_speed(url: str, model: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+def measure_speed(url: str, model: str, entries: list[ProcessEntry]) -> dict[str, Any]:
     """The replica's generation speed: PROBE_SAMPLES probes, their median tokens/s, and its CPU use meanwhile.
 
     ``cpu_cores`` is the CPU time of the recorded processes over the probes' own end-to-end
@@ -681,7 +690,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         required = slowdown * BITE_FRACTION
         slowed = bool(rate_before and rate_during is not None and rate_during <= rate_before / required)
         escaped = self._escaped(handle) if slowing else []
-        symptoms: dict[str, Any] = {
+        symptoms: JsonObject = {
             "replica": replica,
             "mechanism": mechanism,
             "slowdown": slowdown,
@@ -696,7 +705,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             "cpu_cores_during": during.get("cpu_cores"),
             "probe_before": before.get("samples", []),
             "probe_during": during.get("samples", []),
-            "escaped_pids": escaped,
+            "escaped_pids": list(escaped),
             "restored_by": restored_by,
             "slowed_for_s": round((restored_at or time.time()) - handle.injected_at, 2)
             if handle.injected_at
@@ -705,6 +714,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         if mechanism == "cgroup":
             group = state.get("cgroup") or {}
             path = Path(group["path"]) if group else None
+            in_cgroup: list[JsonValue] = list(cpu_quota.group_pids(path)) if path else []
             symptoms.update(
                 cgroup=group.get("path"),
                 quota_us=group.get("quota_us"),
@@ -713,7 +723,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
                 quota_cores_basis=group.get("cores_basis"),
                 original_cgroups={str(e["pid"]): e.get("cgroup") for e in entries},
                 cgroup_exists=bool(path and path.is_dir()),
-                pids_in_cgroup=cpu_quota.group_pids(path) if path else [],
+                pids_in_cgroup=in_cgroup,
             )
         else:
             symptoms["duty_cycle"] = state.get("duty_cycle")
