@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferchaos.cli.main import wait_until_whole
+from inferchaos.cli.gameday import wait_until_whole
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.errors import ConfigError, EnvironmentError_, InferchaosError
 from inferchaos.faults.registry import get_fault

@@ -35,7 +35,7 @@ from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.base import wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.vllm.engine import KillEngine
-from inferchaos.run.probes import build_probes
+from inferchaos.run.probe_set import build_probes
 from inferchaos.steady_state.canary import phase_between_ticks
 from inferchaos.steady_state.sampler import Sampler, Tick
 from inferchaos.steady_state.timeline import Timeline

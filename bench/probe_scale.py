@@ -80,7 +80,7 @@ from inferchaos.faults.base import wait_until
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries, vector_of
 from inferchaos.primitives.vllm_promql import CACHE_CONFIG, KEPT_METRICS, OUTLIERS, SERIES_PROBES, Focus
-from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.probe_base import Probe
 from inferchaos.steady_state.prometheus_vllm import (
     EVERY_REPLICA_UP_TO,
     PrometheusVllmOutliersProbe,

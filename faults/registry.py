@@ -37,7 +37,7 @@ BUILTIN_FAULT_MODULES = (
     "inferchaos.faults.gpu.squat",
     "inferchaos.faults.k8s.node",
     "inferchaos.faults.k8s.pod",
-    "inferchaos.faults.k8s.ledger",
+    "inferchaos.faults.k8s.scheduler_ledger",
 )
 # Provider modules that moved, so an old experiment file is told where its fault went.
 MOVED_ACTION_MODULES = {"inferchaos.faults.gpu.actions": "inferchaos.faults.device.actions"}

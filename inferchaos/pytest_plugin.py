@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     # Imported when a fixture runs, not when pytest loads the plugin: every pytest run
     # of a project that installs inferchaos loads it.
     from inferchaos.environments.local.env import LocalEnvironment
-    from inferchaos.run.verdict import Verdict
+    from inferchaos.reports.verdict_schema import Verdict
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from inferchaos.reports.load import ControlRecord, RunRecord, SloRecord
+from inferchaos.reports.load import RunRecord
+from inferchaos.reports.verdict_schema import ControlRecord, SloRecord
 from inferchaos.steady_state.censoring import is_censored
 from inferchaos.steady_state.slo import Op, Phase
 

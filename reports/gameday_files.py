@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from inferchaos.reports.errors import ReportError
 from inferchaos.reports.junit import Case, Outcome, run_suite, testsuites, unjudged_suite, xml_text
 from inferchaos.reports.load import RunRecord, load_run
 from inferchaos.reports.openmetrics import openmetrics_text
+from inferchaos.reports.report_errors import ReportError
 from inferchaos.steady_state.detection import AlertCoverage, alert_coverage
 
 logger = logging.getLogger(__name__)

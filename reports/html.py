@@ -7,10 +7,10 @@ Sections carry stable element ids (``verdict``, ``layers``, ``slos``, ``timing``
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypeGuard
 
 from inferchaos.reports import formatting as fmt
-from inferchaos.reports.detection import detection_section
+from inferchaos.reports.detection_section import detection_section
 from inferchaos.reports.htmlkit import STATUS_COLOURS, Raw, definitions, join, page, state, table, tag
 from inferchaos.reports.load import ActivityRecord, RunRecord, probe_errors
 from inferchaos.reports.plots import ROWS, Plot
@@ -76,11 +76,11 @@ def _timing(run: RunRecord) -> Raw:
     return _section("timing", "Detection and recovery", definitions(pairs))
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _evidence_rows(evidence: Mapping[str, Any]) -> list[tuple[str, object]]:
+def _evidence_rows(evidence: Mapping[str, object]) -> list[tuple[str, object]]:
     return [(str(key), fmt.value_text(value)) for key, value in evidence.items()]
 
 
@@ -105,7 +105,7 @@ def _triage(run: RunRecord) -> Raw:
     return _section("triage", "Triage", definitions(pairs))
 
 
-def _timestamps(stamps: Mapping[str, Any], injected: float | None) -> Raw:
+def _timestamps(stamps: Mapping[str, object], injected: float | None) -> Raw:
     rows = []
     for name, t in sorted(stamps.items(), key=lambda item: (0, item[1]) if _is_number(item[1]) else (1, 0)):
         if _is_number(t):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from inferchaos.reports.load import Status
+from inferchaos.reports.verdict_schema import Status
 
 STATUS_COLOURS: dict[Status, str] = {
     Status.PASSED: "#15803d",

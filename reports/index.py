@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferchaos.reports import formatting as fmt
-from inferchaos.reports.errors import ReportError
 from inferchaos.reports.htmlkit import STATUS_COLOURS, Raw, esc, join, page, state, table, tag
-from inferchaos.reports.load import VERDICT, Status, VerdictRecord, load_verdict
+from inferchaos.reports.load import VERDICT, load_verdict
+from inferchaos.reports.report_errors import ReportError
+from inferchaos.reports.verdict_schema import Status, Verdict
 from inferchaos.steady_state.detection import alert_coverage
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class IndexedRun:
     """One readable run folder; ``folder`` is its path relative to the reports folder."""
 
     folder: str
-    verdict: VerdictRecord
+    verdict: Verdict
     has_report: bool
 
 

@@ -8,7 +8,7 @@ so an environment error can never pass as green. A skipped run (this host cannot
 scenario: errors.Unsupported) is one ``<skipped>`` testcase whose message is the reason.
 
 A game day's junit.xml holds the same ``<testsuite>`` of each of its runs (:func:`run_suite`)
-under one ``<testsuites>`` (reports/gameday.py).
+under one ``<testsuites>`` (reports/gameday_files.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from inferchaos.reports import formatting as fmt
-from inferchaos.reports.load import RunRecord, Status
+from inferchaos.reports.load import RunRecord
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.steady_state.slo import Phase
 
 EFFECT_CASE = "fault had an observable effect"

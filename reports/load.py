@@ -11,14 +11,28 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from inferchaos.errors import ConfigError
-from inferchaos.reports.errors import ReportError
-from inferchaos.status import Status
+from inferchaos.reports.report_errors import ReportError
+from inferchaos.reports.verdict_schema import (
+    SCHEMA_VERSION,
+    AllowsRecord,
+    ControlRecord,
+    DetectorFiringRecord,
+    FaultRecord,
+    HealedRecord,
+    LayerRecord,
+    PlatformFailureRecord,
+    PlatformRecord,
+    SloRecord,
+    Status,
+    TimingRecord,
+    TriageRecord,
+    Verdict,
+)
 from inferchaos.steady_state.detection import SignalDetection
 from inferchaos.steady_state.slo import Op, Phase
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
@@ -30,103 +44,8 @@ TIMELINE = "timeline.csv"
 VERDICT = "verdict.json"
 RUN_FILES: tuple[str, ...] = (JOURNAL, TIMELINE, VERDICT)
 
-# The verdict.json schema versions this reader understands (inferchaos/run/verdict.py SCHEMA_VERSION).
-SUPPORTED_SCHEMAS: frozenset[int] = frozenset({1})
-
-
-@dataclass(frozen=True)
-class SloRecord:
-    """One entry of verdict.json ``slos``; ``observed`` None when the SLO had no data."""
-
-    name: str
-    layer: str
-    phase: Phase
-    ok: bool
-    observed: float | None
-    op: Op
-    # None: a baseline-relative threshold that had no baseline to scale (the SLO failed closed).
-    threshold: float | None
-    samples: int | None = None
-    reason: str = ""
-    baseline: float | None = None
-    scale: str = ""
-
-
-@dataclass(frozen=True)
-class FaultRecord:
-    """verdict.json ``fault``: what was injected, when, and whether it bit."""
-
-    name: str
-    layer: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-    injected_at: float | None = None
-    reverted_at: float | None = None
-    effect_observed: bool = False
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TimingRecord:
-    """verdict.json ``timing``."""
-
-    time_to_detect_s: float | None = None
-    time_to_recover_s: float | None = None
-    recovered: bool | None = None
-    recovery_within_s: float | None = None
-    detected_by: str | None = None
-    recovery_confirmed_at: float | None = None
-    recovery_blocked_by: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class TriageRecord:
-    """verdict.json ``triage``; empty (``layer`` None) when nothing was breached to triage."""
-
-    layer: str | None = None
-    reason: str = ""
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ControlRecord:
-    """verdict.json ``control``: a negative control's outcome (inferchaos/run/controls.py)."""
-
-    of: str
-    breaks: str
-    expected_layer: str
-    result: str
-    message: str
-
-    @property
-    def proven(self) -> bool:
-        """The scenario failed against the broken platform, with the expected layer."""
-        return self.result == "failed_as_expected"
-
-
-@dataclass(frozen=True)
-class VerdictRecord:
-    """verdict.json as written by ``Verdict.to_dict()``."""
-
-    experiment: str
-    title: str
-    env: str
-    status: Status
-    reason: str
-    started_at: float
-    ended_at: float
-    duration_s: float
-    phases: Mapping[str, float]
-    fault: FaultRecord | None
-    slos: tuple[SloRecord, ...]
-    layers: Mapping[str, Mapping[str, Any]]
-    timing: TimingRecord
-    triage: TriageRecord
-    stop_condition: Mapping[str, Any] | None
-    load: Mapping[str, Any] | None
-    schema: int
-    control: ControlRecord | None = None
-    # Who noticed the fault, and when (steady_state/detection.py); empty in older verdicts.
-    detection: tuple[SignalDetection, ...] = ()
+# The verdict.json schema versions this reader understands.
+SUPPORTED_SCHEMAS: frozenset[int] = frozenset({SCHEMA_VERSION})
 
 
 @dataclass(frozen=True)
@@ -196,7 +115,7 @@ class RunRecord:
     """One run folder, read back."""
 
     run_dir: Path
-    verdict: VerdictRecord
+    verdict: Verdict
     journal: JournalRecord
     timeline: Timeline
 
@@ -263,76 +182,77 @@ class _Fields:
     def _got(value: object) -> str:
         return "null" if value is None else f"{type(value).__name__} {value!r:.60}"
 
-    def mapping(self, value: object, where: str) -> Mapping[str, Any]:
+    def mapping(self, value: object, where: str) -> Mapping[str, object]:
         if not isinstance(value, Mapping):
             raise self.fail(where, f"expected an object, got {self._got(value)}")
         return value
 
-    def item(self, obj: Mapping[str, Any], key: str, where: str) -> Any:
+    def item(self, obj: Mapping[str, object], key: str, where: str) -> object:
         if key not in obj:
             raise self.fail(f"{where}{key}", "missing")
         return obj[key]
 
-    def text(self, obj: Mapping[str, Any], key: str, where: str = "") -> str:
+    def text(self, obj: Mapping[str, object], key: str, where: str = "") -> str:
         value = self.item(obj, key, where)
         if not isinstance(value, str):
             raise self.fail(f"{where}{key}", f"expected a string, got {self._got(value)}")
         return value
 
-    def opt_text(self, obj: Mapping[str, Any], key: str, where: str = "") -> str | None:
+    def opt_text(self, obj: Mapping[str, object], key: str, where: str = "") -> str | None:
         return None if self.item(obj, key, where) is None else self.text(obj, key, where)
 
-    def number(self, obj: Mapping[str, Any], key: str, where: str = "") -> float:
+    def number(self, obj: Mapping[str, object], key: str, where: str = "") -> float:
         value = self.item(obj, key, where)
         # bool is an int to Python, but true is never a timestamp or a threshold.
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(f"{where}{key}", f"expected a number, got {self._got(value)}")
         return float(value)
 
-    def opt_number(self, obj: Mapping[str, Any], key: str, where: str = "") -> float | None:
+    def opt_number(self, obj: Mapping[str, object], key: str, where: str = "") -> float | None:
         return None if self.item(obj, key, where) is None else self.number(obj, key, where)
 
-    def flag(self, obj: Mapping[str, Any], key: str, where: str = "") -> bool:
+    def flag(self, obj: Mapping[str, object], key: str, where: str = "") -> bool:
         value = self.item(obj, key, where)
         if not isinstance(value, bool):
             raise self.fail(f"{where}{key}", f"expected true or false, got {self._got(value)}")
         return value
 
-    def opt_flag(self, obj: Mapping[str, Any], key: str, where: str = "") -> bool | None:
+    def opt_flag(self, obj: Mapping[str, object], key: str, where: str = "") -> bool | None:
         return None if self.item(obj, key, where) is None else self.flag(obj, key, where)
 
-    def obj(self, obj: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
+    def obj(self, obj: Mapping[str, object], key: str, where: str = "") -> Mapping[str, object]:
         return self.mapping(self.item(obj, key, where), f"{where}{key}")
 
-    def opt_obj(self, obj: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any] | None:
+    def opt_obj(self, obj: Mapping[str, object], key: str, where: str = "") -> Mapping[str, object] | None:
         return None if self.item(obj, key, where) is None else self.obj(obj, key, where)
 
-    def items(self, obj: Mapping[str, Any], key: str, where: str = "") -> Sequence[Any]:
+    def items(self, obj: Mapping[str, object], key: str, where: str = "") -> Sequence[object]:
         value = self.item(obj, key, where)
         if not isinstance(value, list):
             raise self.fail(f"{where}{key}", f"expected a list, got {self._got(value)}")
         return value
 
-    def texts(self, obj: Mapping[str, Any], key: str, where: str = "") -> tuple[str, ...]:
+    def texts(self, obj: Mapping[str, object], key: str, where: str = "") -> tuple[str, ...]:
         values = self.items(obj, key, where)
-        if not all(isinstance(v, str) for v in values):
+        texts = tuple(v for v in values if isinstance(v, str))
+        if len(texts) != len(values):
             raise self.fail(f"{where}{key}", "expected a list of strings")
-        return tuple(values)
+        return texts
 
-    def choice(self, obj: Mapping[str, Any], key: str, where: str, choices: Sequence[str]) -> str:
+    def choice(self, obj: Mapping[str, object], key: str, where: str, choices: Sequence[str]) -> str:
         value = self.text(obj, key, where)
         if value not in choices:
             raise self.fail(f"{where}{key}", f"unknown value {value!r}; expected one of {', '.join(choices)}")
         return value
 
 
-def _defaults(obj: Mapping[str, Any], **defaults: Any) -> Mapping[str, Any]:
+def _defaults(obj: Mapping[str, object], **defaults: object) -> Mapping[str, object]:
     """``obj`` with absent keys set from ``defaults``: for keys beyond the design's minimum
     verdict.json, which an older or hand-written run folder may not carry."""
     return {**defaults, **obj}
 
 
-def _read_json(path: Path) -> Mapping[str, Any]:
+def _read_json(path: Path) -> Mapping[str, object]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as e:
@@ -363,10 +283,11 @@ def _slo(f: _Fields, entry: object, where: str) -> SloRecord:
         # Only a baseline-relative threshold carries these two keys.
         baseline=f.opt_number(entry, "baseline", w) if "scale" in entry else None,
         scale=f.text(entry, "scale", w) if "scale" in entry else "",
+        declared=f.obj(entry, "declared", w) if "declared" in entry else None,
     )
 
 
-def _fault(f: _Fields, entry: Mapping[str, Any] | None) -> FaultRecord | None:
+def _fault(f: _Fields, entry: Mapping[str, object] | None) -> FaultRecord | None:
     if entry is None:
         return None
     entry = _defaults(entry, params={}, evidence={})
@@ -382,7 +303,7 @@ def _fault(f: _Fields, entry: Mapping[str, Any] | None) -> FaultRecord | None:
     )
 
 
-def _timing(f: _Fields, entry: Mapping[str, Any]) -> TimingRecord:
+def _timing(f: _Fields, entry: Mapping[str, object]) -> TimingRecord:
     entry = _defaults(
         entry,
         recovered=None,
@@ -403,7 +324,7 @@ def _timing(f: _Fields, entry: Mapping[str, Any]) -> TimingRecord:
     )
 
 
-def _triage(f: _Fields, entry: Mapping[str, Any]) -> TriageRecord:
+def _triage(f: _Fields, entry: Mapping[str, object]) -> TriageRecord:
     if not entry:
         return TriageRecord()
     entry = _defaults(entry, evidence={})
@@ -415,7 +336,7 @@ def _triage(f: _Fields, entry: Mapping[str, Any]) -> TriageRecord:
     )
 
 
-def load_verdict(path: Path) -> VerdictRecord:
+def load_verdict(path: Path) -> Verdict:
     """Read ``verdict.json``; ReportError naming the file and key when it is missing or malformed."""
     path = Path(path)
     data = _read_json(path)
@@ -427,7 +348,7 @@ def load_verdict(path: Path) -> VerdictRecord:
         )
     phases = f.obj(data, "phases")
     layers = f.obj(data, "layers")
-    return VerdictRecord(
+    return Verdict(
         experiment=f.text(data, "experiment"),
         title=f.text(data, "title"),
         env=f.text(data, "env"),
@@ -435,11 +356,10 @@ def load_verdict(path: Path) -> VerdictRecord:
         reason=f.text(data, "reason"),
         started_at=f.number(data, "started_at"),
         ended_at=f.number(data, "ended_at"),
-        duration_s=f.number(data, "duration_s"),
         phases={key: f.number(phases, key, "phases.") for key in phases},
         fault=_fault(f, f.opt_obj(data, "fault")),
         slos=tuple(_slo(f, entry, f"slos[{i}]") for i, entry in enumerate(f.items(data, "slos"))),
-        layers={key: f.mapping(value, f"layers.{key}") for key, value in layers.items()},
+        layers={key: _layer(f, value, f"layers.{key}") for key, value in layers.items()},
         timing=_timing(f, f.obj(data, "timing")),
         triage=_triage(f, f.obj(data, "triage")),
         stop_condition=f.opt_obj(data, "stop_condition"),
@@ -449,10 +369,12 @@ def load_verdict(path: Path) -> VerdictRecord:
         control=_control(f, f.opt_obj(data, "control") if "control" in data else None),
         # Older verdicts have no ``detection`` key: nobody's noticing was recorded.
         detection=_detection(f, data),
+        # Older verdicts have no ``platform`` key: the shared steady state was not judged.
+        platform=_platform(f, f.opt_obj(data, "platform") if "platform" in data else None),
     )
 
 
-def _detection(f: _Fields, data: Mapping[str, Any]) -> tuple[SignalDetection, ...]:
+def _detection(f: _Fields, data: Mapping[str, object]) -> tuple[SignalDetection, ...]:
     if data.get("detection") is None:
         return ()
     entries = []
@@ -472,7 +394,7 @@ def _detection(f: _Fields, data: Mapping[str, Any]) -> tuple[SignalDetection, ..
     return tuple(entries)
 
 
-def _control(f: _Fields, data: Mapping[str, Any] | None) -> ControlRecord | None:
+def _control(f: _Fields, data: Mapping[str, object] | None) -> ControlRecord | None:
     if data is None:
         return None
     w = "control."
@@ -482,6 +404,63 @@ def _control(f: _Fields, data: Mapping[str, Any] | None) -> ControlRecord | None
         expected_layer=f.text(data, "expected_layer", w),
         result=f.text(data, "result", w),
         message=f.text(data, "message", w),
+        released=tuple(
+            f.mapping(entry, f"{w}released[{i}]") for i, entry in enumerate(f.items(data, "released", w))
+        )
+        if "released" in data
+        else (),
+    )
+
+
+def _layer(f: _Fields, value: object, where: str) -> LayerRecord:
+    entry = _defaults(f.mapping(value, where), slos=[])
+    return LayerRecord(ok=f.flag(entry, "ok", f"{where}."), slos=f.texts(entry, "slos", f"{where}."))
+
+
+def _platform(f: _Fields, data: Mapping[str, object] | None) -> PlatformRecord | None:
+    if data is None:
+        return None
+    w = "platform."
+    data = _defaults(data, allows={}, hold_s=None, failure=None, healed=[], detectors_after_revert=[])
+    allows = _defaults(f.obj(data, "allows", w), replicas=[], unread=[])
+    failure = f.opt_obj(data, "failure", w)
+    fw = f"{w}failure."
+    return PlatformRecord(
+        steady=f.flag(data, "steady", w),
+        allows=AllowsRecord(
+            replicas=f.texts(allows, "replicas", f"{w}allows."),
+            unread=f.texts(allows, "unread", f"{w}allows."),
+        ),
+        hold_s=f.opt_number(data, "hold_s", w),
+        failure=None
+        if failure is None
+        else PlatformFailureRecord(
+            slo=f.text(failure, "slo", fw),
+            phase=f.text(failure, "phase", fw),
+            replica=f.opt_text(failure, "replica", fw),
+            at=f.number(failure, "at", fw),
+            reason=f.text(failure, "reason", fw),
+        ),
+        healed=tuple(
+            HealedRecord(
+                replica=f.text(entry, "replica", f"{w}healed[{i}]."),
+                failed_at=f.number(entry, "failed_at", f"{w}healed[{i}]."),
+            )
+            for i, entry in enumerate(
+                f.mapping(e, f"{w}healed[{j}]") for j, e in enumerate(f.items(data, "healed", w))
+            )
+        ),
+        detectors_after_revert=tuple(
+            DetectorFiringRecord(
+                t=f.number(entry, "t", f"{w}detectors_after_revert[{i}]."),
+                detector=f.text(entry, "detector", f"{w}detectors_after_revert[{i}]."),
+                message=f.text(entry, "message", f"{w}detectors_after_revert[{i}]."),
+            )
+            for i, entry in enumerate(
+                f.mapping(e, f"{w}detectors_after_revert[{j}]")
+                for j, e in enumerate(f.items(data, "detectors_after_revert", w))
+            )
+        ),
     )
 
 
@@ -505,7 +484,7 @@ def _activity(f: _Fields, entry: object, where: str) -> ActivityRecord:
     )
 
 
-def _hypothesis_met(f: _Fields, states: Mapping[str, Any], key: str) -> bool | None:
+def _hypothesis_met(f: _Fields, states: Mapping[str, object], key: str) -> bool | None:
     state = f.opt_obj(states, key, "steady_states.")
     if state is None:
         return None

@@ -31,13 +31,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest
 
 from inferchaos.reports import formatting as fmt
-from inferchaos.reports.errors import ReportError
-from inferchaos.reports.load import RunRecord, Status, VerdictRecord
+from inferchaos.reports.load import RunRecord
+from inferchaos.reports.report_errors import ReportError
+from inferchaos.reports.verdict_schema import Status, Verdict
 
 RUN_LABELS: tuple[str, ...] = ("experiment", "env", "control")
 
 
-def run_labels(verdict: VerdictRecord) -> list[str]:
+def run_labels(verdict: Verdict) -> list[str]:
     """The values of :data:`RUN_LABELS` for one run."""
     return [verdict.experiment, verdict.env, "true" if verdict.control is not None else "false"]
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from prometheus_client.exposition import push_to_gateway
 
-from inferchaos.reports.errors import PushError
-from inferchaos.reports.load import VerdictRecord, load_run
+from inferchaos.reports.load import load_run
 from inferchaos.reports.openmetrics import metrics_registry
+from inferchaos.reports.report_errors import PushError
+from inferchaos.reports.verdict_schema import Verdict
 from inferchaos.urls import http_base_url
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def pushgateway_url(text: str) -> str:
     return http_base_url(text, EXAMPLE_URL, "the push")
 
 
-def grouping_key(verdict: VerdictRecord) -> dict[str, str]:
+def grouping_key(verdict: Verdict) -> dict[str, str]:
     """The Pushgateway group of a run besides its job: one per experiment and environment."""
     return {"experiment": verdict.experiment, "env": verdict.env}
 

@@ -12,14 +12,14 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferchaos.reports.errors import ReportError
-from inferchaos.reports.gameday import DayRun, day_junit, day_openmetrics, read_day, summary_json
+from inferchaos.reports.gameday_files import DayRun, day_junit, day_openmetrics, read_day, summary_json
 from inferchaos.reports.html import render_report
 from inferchaos.reports.index import find_runs, render_index_html
 from inferchaos.reports.junit import junit_xml
 from inferchaos.reports.load import RUN_FILES, load_run
 from inferchaos.reports.openmetrics import openmetrics_text
 from inferchaos.reports.plots import render_plots
+from inferchaos.reports.report_errors import ReportError
 from inferchaos.reports.summary import render_summary
 
 __all__ = ["DAY_FILES", "REPORT_FILES", "DayRun", "ReportError", "render_day", "render_index", "render_run"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inferchaos.reports import formatting as fmt
-from inferchaos.reports.load import RunRecord, Status
+from inferchaos.reports.load import RunRecord
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.steady_state.detection import alert_coverage
 
 

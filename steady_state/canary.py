@@ -19,8 +19,8 @@ import httpx
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
 from inferchaos.primitives.openai_stream import StreamResult, stream_completion_async
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.censoring import censored_labels
+from inferchaos.steady_state.probe_base import Sample
 
 logger = logging.getLogger(__name__)
 

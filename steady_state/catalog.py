@@ -90,7 +90,7 @@ K8S_PROBES: frozenset[str] = frozenset(
     }
 )
 
-# Read from the head's side of each worker's link (steady_state/network.py); {node}.
+# Read from the head's side of each worker's link (steady_state/network_probe.py); {node}.
 NETWORK_PROBES: frozenset[str] = frozenset({"network.node_reachable", "network.handshake_rtt_s"})
 
 # The alerts the environment's Prometheus fires (steady_state/prometheus_alerts.py): firing and

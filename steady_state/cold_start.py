@@ -18,8 +18,8 @@ from collections.abc import Callable
 from inferchaos.errors import EnvironmentNotUp, ProbeError
 from inferchaos.layers import Layer
 from inferchaos.primitives.replica_slots import ReplicaRecord
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.catalog import COLD_START
+from inferchaos.steady_state.probe_base import Sample
 
 
 class ColdStartProbe:

@@ -27,7 +27,7 @@ from inferchaos.primitives.memory_budget import (
     find_budget,
 )
 from inferchaos.primitives.nvml import DeviceMemory, Nvml, NvmlUnavailable
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 
 logger = logging.getLogger(__name__)
 

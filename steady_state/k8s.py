@@ -38,7 +38,7 @@ from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
 from inferchaos.primitives.kube.api import object_name
 from inferchaos.primitives.kube.scheduling import pending_pod_reasons
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 

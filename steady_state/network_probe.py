@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from inferchaos.layers import Layer
 from inferchaos.primitives.netns import handshake_rtt
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 
 # Below the sampler's per-read bound (80 % of its 1 s tick), so a cut link reads as 0 rather
 # than as a failed read of the whole probe; a link this slow is unusable for Ray anyway.

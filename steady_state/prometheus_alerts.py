@@ -19,7 +19,7 @@ import httpx
 
 from inferchaos.layers import Layer
 from inferchaos.primitives.prometheus_api import instant_query
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 
 ALERTS_QUERY = "ALERTS"
 # The labels of ALERTS that say nothing of the alert itself.

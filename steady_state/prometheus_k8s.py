@@ -56,7 +56,7 @@ import httpx
 from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.layers import Layer
 from inferchaos.primitives.prometheus_api import PromSeries, finite
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_queries import PromQueries
 
 logger = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
 from inferchaos.primitives.prometheus_api import PromSeries, finite
 from inferchaos.primitives.ray_metrics import NODE_FAILURES, NODE_VIEW
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_queries import PromQueries
 
 logger = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from inferchaos.primitives.vllm_promql import (
     RecordingRule,
     merge_parts,
 )
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 
 logger = logging.getLogger(__name__)
 

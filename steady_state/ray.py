@@ -18,7 +18,7 @@ from typing import Any
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 
 logger = logging.getLogger(__name__)
 

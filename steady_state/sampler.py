@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferchaos.errors import ConfigError, ProbeError
-from inferchaos.steady_state.base import Probe
+from inferchaos.steady_state.probe_base import Probe
 from inferchaos.steady_state.timeline import Row, Timeline
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import httpx
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from types import TracebackType
 from typing import TextIO
 
 from inferchaos.errors import ConfigError
-from inferchaos.steady_state.base import Sample, format_labels, parse_labels
 from inferchaos.steady_state.catalog import PHASE_PREFIX, probe_layer
+from inferchaos.steady_state.probe_base import Sample, format_labels, parse_labels
 
 logger = logging.getLogger(__name__)
 

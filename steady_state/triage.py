@@ -23,7 +23,7 @@ from enum import StrEnum
 from inferchaos.layers import TRIAGE_ORDER, Layer
 from inferchaos.steady_state.censoring import is_censored
 from inferchaos.steady_state.detectors import least_squares_slope
-from inferchaos.steady_state.network import CONNECT_TIMEOUT_S
+from inferchaos.steady_state.network_probe import CONNECT_TIMEOUT_S
 from inferchaos.steady_state.timeline import Row, Timeline, format_labels, parse_labels
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class Rule:
 
 C = Condition
 RULES: tuple[Rule, ...] = (
-    # Network: the head's own reads of each worker's link (steady_state/network.py). A dead
+    # Network: the head's own reads of each worker's link (steady_state/network_probe.py). A dead
     # node's namespace still answers, so these name only links that carry nothing or crawl.
     # The probe waits CONNECT_TIMEOUT_S for a handshake, so a link slowed past that reads as
     # unreachable too: the reason says both (slow_link's control adds 500 ms and lands here).

@@ -66,7 +66,7 @@ from inferchaos.primitives.env_status import (
     ReplicaStatus,
     VllmStatus,
 )
-from inferchaos.primitives.gcs import GcsStorage
+from inferchaos.primitives.gcs_state import GcsStorage
 from inferchaos.primitives.memory_budget import remove_budgets
 from inferchaos.primitives.processes import (
     ENV_MARKER,

@@ -4,6 +4,6 @@ See :mod:`faults.k8s.client` for what an environment must expose, :mod:`faults.k
 for the blast-radius fence, and :mod:`faults.k8s.actions` for the Chaos Toolkit actions.
 """
 
-from inferchaos.faults.k8s import ledger, node, pod
+from inferchaos.faults.k8s import node, pod, scheduler_ledger
 
-__all__ = ["ledger", "node", "pod"]
+__all__ = ["node", "pod", "scheduler_ledger"]

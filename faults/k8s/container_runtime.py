@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 
 from inferchaos.errors import ConfigError
-from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.kube_errors import K8sError
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
-from inferchaos.faults.k8s.base import K8sFault
 from inferchaos.faults.k8s.container_runtime import ContainerRuntime, resolve_runtime
+from inferchaos.faults.k8s.k8s_fault import K8sFault
 from inferchaos.faults.k8s.nodes import (
     DAEMONSET_KIND,
     is_mirror_pod,
@@ -39,7 +39,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
 from inferchaos.primitives.kube.client import K8sTarget
-from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.kube_errors import K8sError
 from inferchaos.primitives.kube.scheduling import ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from kubernetes.client import V1DeleteOptions, V1Preconditions
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
-from inferchaos.faults.k8s.base import K8sFault
+from inferchaos.faults.k8s.k8s_fault import K8sFault
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.primitives.kube.api import api_errors, read_if_exists

@@ -45,12 +45,12 @@ from kubernetes.client.exceptions import ApiException
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
-from inferchaos.faults.k8s.base import K8sFault
+from inferchaos.faults.k8s.k8s_fault import K8sFault
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
 from inferchaos.primitives.kube.client import K8sTarget
-from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.kube_errors import K8sError
 from inferchaos.primitives.kube.scheduling import PendingPodReasons, ReasonKind, pending_pod_reasons
 
 logger = logging.getLogger(__name__)

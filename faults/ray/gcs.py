@@ -54,7 +54,7 @@ from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.params import seconds
 from inferchaos.primitives.capabilities import GcsEnvironment
-from inferchaos.primitives.gcs import GcsStorage, is_gcs_server
+from inferchaos.primitives.gcs_state import GcsStorage, is_gcs_server
 from inferchaos.primitives.processes import (
     ProcessLaunch,
     pid_alive,

@@ -32,7 +32,7 @@ from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, r
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
-from inferchaos.faults.vllm.processes import (
+from inferchaos.faults.vllm.replica_processes import (
     GONE,
     ProcessEntry,
     entry_json,

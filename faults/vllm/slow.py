@@ -71,7 +71,7 @@ from inferchaos.faults.base import (
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.common import LocalProcessFault
 from inferchaos.faults.registry import register
-from inferchaos.faults.vllm.processes import (
+from inferchaos.faults.vllm.replica_processes import (
     ProcessEntry,
     pid_list,
     process_group,

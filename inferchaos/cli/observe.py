@@ -4,6 +4,8 @@ While a fault is live (in the ledger of this state folder, injected by `infercha
 game day in another terminal), it also shows who noticed it and when, tick by tick: the same
 rows as the verdict's ``detection`` (steady_state/detection.py), computed from this process's
 own timeline. observe has no experiment, so inferchaos' own row is its detectors alone.
+
+The command is ``observe_cmd``; :func:`observe` does the sampling and the drawing.
 """
 
 from __future__ import annotations
@@ -13,14 +15,21 @@ import math
 import time
 from pathlib import Path
 
+import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from inferchaos.cli.console import console
+from inferchaos.cli.environment import open_env
+from inferchaos.cli.options import INTERVAL_OPTION, OUT_OPTION, env_option
+from inferchaos.errors import ConfigError
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
+from inferchaos.layers import EnvName
 from inferchaos.primitives.capabilities import Environment
-from inferchaos.run.probes import build_probes
+from inferchaos.run.probe_set import build_probes
+from inferchaos.run.runner import check_environment
 from inferchaos.steady_state.canary import phase_between_ticks
 from inferchaos.steady_state.detection import SignalDetection, detect_signals, signal_title
 from inferchaos.steady_state.sampler import Sampler, Tick
@@ -141,3 +150,20 @@ def observe(env: Environment, duration_s: float, interval_s: float, out_dir: Pat
     finally:
         writer.close()
     return path
+
+
+@click.command("observe")
+@env_option(EnvName.LOCAL)
+@click.option(
+    "--duration", type=float, default=60.0, show_default=True, help="How long to watch, in seconds."
+)
+@INTERVAL_OPTION
+@OUT_OPTION
+def observe_cmd(env_name: str, duration: float, interval: float, out_dir: Path) -> None:
+    """Show a live table of the key probes per layer and write the timeline; injects nothing."""
+    if duration <= 0:
+        raise ConfigError(f"--duration must be positive, got {duration}")
+    environment = open_env(env_name)
+    check_environment(environment)
+    path = observe(environment, duration, interval, out_dir, console)
+    console.print(f"timeline: {path}", highlight=False)

@@ -44,7 +44,7 @@ from inferchaos.faults.actions import (
 )
 from inferchaos.faults.registry import canonical_name
 from inferchaos.primitives.capabilities import Environment
-from inferchaos.run.probes import build_probes, close_probes, slo_replicas
+from inferchaos.run.probe_set import build_probes, close_probes, slo_replicas
 from inferchaos.steady_state.baseline_gate import SickBaseline, sick_baseline
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.evaluation import (

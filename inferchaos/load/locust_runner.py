@@ -28,9 +28,9 @@ from inferchaos.layers import Layer
 from inferchaos.paths import state_root
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.primitives.processes import spawn_process_group
-from inferchaos.run.probes import ProbeFactory, build_probes
-from inferchaos.steady_state.base import Canary, Probe, Sample
+from inferchaos.run.probe_set import ProbeFactory, build_probes
 from inferchaos.steady_state.canary import CanaryPace
+from inferchaos.steady_state.probe_base import Canary, Probe, Sample
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from inferchaos.primitives.env_status import EnvStatus, NetworkStatus, NodeStatus
-from inferchaos.primitives.gcs import GcsStorage
+from inferchaos.primitives.gcs_state import GcsStorage
 from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.ray_nodes import RayNodeRecord
 from inferchaos.primitives.replica_slots import ReplicaRecord

@@ -27,6 +27,7 @@ failed (or aborted by a stop condition) with triage naming ``expect.layer``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -36,6 +37,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.faults import registry
 from inferchaos.layers import TRIAGE_ORDER, Layer
 from inferchaos.params import InvalidValue, parse_params
+from inferchaos.reports.verdict_schema import NO_EFFECT, ControlRecord
 from inferchaos.run.packaged import CONTROLS_DIR
 from inferchaos.run.spec import (
     ExperimentSpec,
@@ -43,7 +45,6 @@ from inferchaos.run.spec import (
     load_and_validate,
     load_experiment,
 )
-from inferchaos.run.verdict import NO_EFFECT
 from inferchaos.status import Status
 
 
@@ -194,42 +195,14 @@ class ControlResult(StrEnum):
     NO_VERDICT = "no_verdict"
 
 
-@dataclass(frozen=True)
-class ControlOutcome:
-    """verdict.json ``control``: what was broken and whether the scenario caught it."""
-
-    of: str
-    breaks: str
-    expected_layer: str
-    result: ControlResult
-    message: str
-    released: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def proven(self) -> bool:
-        """The scenario failed against the broken platform, for the reason it should."""
-        return self.result is ControlResult.FAILED_AS_EXPECTED
-
-    def to_dict(self) -> dict[str, Any]:
-        """The verdict.json form."""
-        return {
-            "of": self.of,
-            "breaks": self.breaks,
-            "expected_layer": self.expected_layer,
-            "result": str(self.result),
-            "message": self.message,
-            "released": self.released,
-        }
-
-
 def control_outcome(
     control: ControlSpec,
     status: Status,
     reason: str,
     triage_layer: str,
     stopped_by_condition: bool,
-    released: list[dict[str, Any]],
-) -> ControlOutcome:
+    released: Sequence[Mapping[str, object]],
+) -> ControlRecord:
     """Judge a control run from its scenario verdict.
 
     Failing counts only when the scenario judged the broken platform: an SLO breach, no
@@ -238,8 +211,10 @@ def control_outcome(
     """
     expected = str(control.expect_layer)
 
-    def outcome(result: ControlResult, message: str) -> ControlOutcome:
-        return ControlOutcome(control.scenario.name, control.breaks, expected, result, message, released)
+    def outcome(result: ControlResult, message: str) -> ControlRecord:
+        return ControlRecord(
+            control.scenario.name, control.breaks, expected, str(result), message, tuple(released)
+        )
 
     if status is Status.PASSED:
         return outcome(ControlResult.PASSED, "control PASSED: the scenario cannot catch this")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from inferchaos.reports.verdict_schema import SloRecord, Status, Verdict
 from inferchaos.run import hypothesis as ctk_slo
 from inferchaos.run.spec import ExperimentSpec
-from inferchaos.run.verdict import Status, Verdict
 from inferchaos.steady_state.slo import Phase
 from inferchaos.steady_state.timeline import Mark
 
@@ -45,7 +45,7 @@ class Act:
 
     start: float
     end: float
-    output: Mapping[str, Any] | None = None
+    output: Mapping[str, object] | None = None
     # Why the call failed; None when it returned.
     error: str | None = None
 
@@ -66,13 +66,13 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat()
 
 
-def _timed(start: float, end: float) -> dict[str, Any]:
+def _timed(start: float, end: float) -> dict[str, object]:
     return {"start": _iso(start), "end": _iso(end), "duration": round(max(0.0, end - start), 3)}
 
 
-def _activity_run(activity: Mapping[str, Any], act: Act) -> dict[str, Any]:
+def _activity_run(activity: Mapping[str, object], act: Act) -> dict[str, object]:
     """An activity result as chaoslib's ``execute_activity`` writes it (``exception`` when it failed)."""
-    run: dict[str, Any] = {
+    run: dict[str, object] = {
         "activity": dict(activity),
         "output": None if act.output is None else dict(act.output),
         "status": "failed" if act.error else "succeeded",
@@ -85,11 +85,11 @@ def _activity_run(activity: Mapping[str, Any], act: Act) -> dict[str, Any]:
 
 
 def _slo_activity(
-    declared: Mapping[str, Any],
+    declared: Mapping[str, object],
     threshold: float | None,
     canary_timeout_s: float,
     recovery: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The SLO as a hypothesis probe: its declaration is the provider's argument, its
     comparison (with the threshold this run used) the tolerance. ``recovery`` (the recovery
     declaration and the steady SLOs' declarations) goes with a windowed recovery SLO, which is
@@ -124,33 +124,33 @@ def _slo_activity(
 
 
 def _probe_run(
-    declared: Mapping[str, Any],
-    slo: Mapping[str, Any],
+    declared: Mapping[str, object],
+    slo: SloRecord,
     start: float,
     end: float,
     canary_timeout_s: float,
     recovery: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One SLO's judgement as chaoslib's hypothesis writes a probe's run: ``failed`` with an
     ``exception`` when no value judged it, else ``succeeded`` with the value as ``output``."""
-    judged = ctk_slo.value_decides(slo["observed"], slo["ok"], slo["op"], slo["threshold"])
+    judged = ctk_slo.value_decides(slo.observed, slo.ok, slo.op, slo.threshold)
     steady = {str(s.get("name")) for s in (recovery or {}).get("steady", [])}
     # A recovery SLO judged where recovery was confirmed: a windowed one at the hold's end, a
     # steady one over the hold (evaluation.evaluate_slo).
     held_recovery = declared.get("phase") == Phase.RECOVERY.value and (
         declared.get("window_s") is not None or declared.get("name") in steady
     )
-    run: dict[str, Any] = {
+    run: dict[str, object] = {
         "activity": _slo_activity(
-            declared, slo["threshold"], canary_timeout_s, recovery if held_recovery else None
+            declared, slo.threshold, canary_timeout_s, recovery if held_recovery else None
         ),
-        "output": slo["observed"] if judged else None,
+        "output": slo.observed if judged else None,
         "status": "succeeded" if judged else "failed",
         **_timed(start, end),
-        "tolerance_met": bool(slo["ok"]),
+        "tolerance_met": slo.ok,
     }
     if not judged:
-        run["exception"] = [f"SLO {slo['name']} [{slo['phase']}]: {slo['reason']}"]
+        run["exception"] = [f"SLO {slo.name} [{slo.phase}]: {slo.reason}"]
     return run
 
 
@@ -168,7 +168,7 @@ def _phase_span(verdict: Verdict, phase: Phase) -> tuple[float, float] | None:
     return marks[start_mark], marks.get(end_mark, end)
 
 
-def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[str, Any] | None:
+def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[str, object] | None:
     """The SLOs of ``phase`` as chaoslib's ``run_steady_state_hypothesis`` result; None when the
     phase never ran, as chaoslib leaves a hypothesis it never ran.
 
@@ -179,7 +179,7 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
     if span is None:
         return None
     declared = {str(entry["name"]): entry for entry in spec.raw.get("slos", [])}
-    slos = [s for s in verdict.slos if s["phase"] == phase]
+    slos = [s for s in verdict.slos if s.phase == phase]
     recovery_declared = spec.raw.get("recovery")
     recovery = (
         {
@@ -190,11 +190,11 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
         else None
     )
     return {
-        "steady_state_met": all(s["ok"] for s in slos),
+        "steady_state_met": all(s.ok for s in slos),
         # An SLO not in the file (the platform steady state's) is described by the verdict.
         "probes": [
-            _probe_run(declared[s["name"]], s, *span, spec.canary_timeout_s, recovery)
-            if s["name"] in declared
+            _probe_run(declared[s.name], s, *span, spec.canary_timeout_s, recovery)
+            if s.name in declared
             else _probe_run(
                 _declared_from(s),
                 s,
@@ -208,25 +208,24 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
 
 
 def _platform_recovery(
-    recovery: Mapping[str, Any] | None, declared: Mapping[str, Any], verdict: Verdict
-) -> dict[str, Any] | None:
+    recovery: Mapping[str, Any] | None, declared: Mapping[str, object], verdict: Verdict
+) -> dict[str, object] | None:
     """The recovery a platform SLO's replay judges it by: the scenario's, held as long as the
     verdict's platform held it, with this SLO among the steady ones when it was one there."""
     if recovery is None or declared.get("phase") != Phase.RECOVERY.value:
         return dict(recovery) if recovery is not None else None
-    hold = verdict.platform.get("hold_s") if isinstance(verdict.platform, Mapping) else None
+    hold = verdict.platform.hold_s if verdict.platform is not None else None
     rec = dict(recovery["recovery"])
-    if isinstance(hold, int | float):
+    if hold is not None:
         rec["hold_s"] = hold
     return {"recovery": rec, "steady": [*recovery["steady"], dict(declared)]}
 
 
-def _declared_from(slo: Mapping[str, Any]) -> dict[str, Any]:
+def _declared_from(slo: SloRecord) -> dict[str, object]:
     # The platform steady state's SLOs carry their own declaration (runner: ``declared``).
-    declared = slo.get("declared")
-    if isinstance(declared, Mapping):
-        return dict(declared)
-    return {key: slo[key] for key in ("name", "phase", "op", "threshold")}
+    if slo.declared is not None:
+        return dict(slo.declared)
+    return {"name": slo.name, "phase": slo.phase.value, "op": slo.op.value, "threshold": slo.threshold}
 
 
 def deviated(steady_states: Mapping[str, Any]) -> bool:
@@ -240,18 +239,18 @@ def deviated(steady_states: Mapping[str, Any]) -> bool:
     return any(state is not None and not state["steady_state_met"] for state in judged)
 
 
-def _rollback_activity(spec: ExperimentSpec, fault_name: str) -> Mapping[str, Any]:
-    rollbacks: Sequence[Mapping[str, Any]] = spec.raw.get("rollbacks") or []
+def _rollback_activity(spec: ExperimentSpec, fault_name: str) -> Mapping[str, object]:
+    rollbacks: Sequence[Mapping[str, object]] = spec.raw.get("rollbacks") or []
     return rollbacks[0] if rollbacks else {"type": "action", "name": f"revert-{fault_name}"}
 
 
-def _extension(verdict: Verdict) -> dict[str, Any]:
+def _extension(verdict: Verdict) -> dict[str, object]:
     """inferchaos' own figures: the whole verdict (status, SLO details, timing, triage, detection,
     control, ...), as verdict.json holds it."""
     return {"name": EXTENSION, **verdict.to_dict()}
 
 
-def build_journal(spec: ExperimentSpec, verdict: Verdict, acts: FaultActs) -> dict[str, Any]:
+def build_journal(spec: ExperimentSpec, verdict: Verdict, acts: FaultActs) -> dict[str, object]:
     """The Chaos Toolkit journal of one run (plain JSON data, as chaoslib's run journal is)."""
     import chaoslib
 

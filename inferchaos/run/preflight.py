@@ -30,7 +30,7 @@ from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
 from inferchaos.primitives.kube.access import review_access
 from inferchaos.primitives.kube.api import api_errors, object_name, read_if_exists
-from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.kube_errors import K8sError
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.vllm_metrics import OLDER_NAMES, exposed_names
 from inferchaos.run.kube_access import KUBERAY_CRDS, needed_access

@@ -9,12 +9,12 @@ from inferchaos.errors import EnvironmentNotUp
 from inferchaos.primitives.alert_rules import CLUSTER, alerts
 from inferchaos.primitives.capabilities import Environment, RayProcessEnvironment
 from inferchaos.primitives.env_status import EnvStatus
-from inferchaos.steady_state.base import Canary, ClosableProbe, Probe
 from inferchaos.steady_state.canary import CanaryConfig, CanaryPace, CanaryProbe
 from inferchaos.steady_state.cold_start import ColdStartProbe
 from inferchaos.steady_state.device import device_probe_for
 from inferchaos.steady_state.k8s import K8sProbe
-from inferchaos.steady_state.network import NetworkProbe, NodeLink
+from inferchaos.steady_state.network_probe import NetworkProbe, NodeLink
+from inferchaos.steady_state.probe_base import Canary, ClosableProbe, Probe
 from inferchaos.steady_state.prometheus_alerts import PrometheusAlertsProbe
 from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeSelector
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector

@@ -31,14 +31,27 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.alert_rules import CLUSTER, alerts_for
 from inferchaos.primitives.capabilities import Environment
+from inferchaos.reports.verdict_schema import (
+    NO_EFFECT,
+    AllowsRecord,
+    DetectorFiringRecord,
+    FaultRecord,
+    HealedRecord,
+    LayerRecord,
+    PlatformFailureRecord,
+    PlatformRecord,
+    SloRecord,
+    Status,
+    TimingRecord,
+    TriageRecord,
+    Verdict,
+)
 from inferchaos.run.controls import ControlSpec, SabotageAt, control_outcome
 from inferchaos.run.env_config import AllowList, ensure_plan_is_allowed
 from inferchaos.run.journal import Act, FaultActs, build_journal
-from inferchaos.run.probes import ProbeFactory, build_probes, close_probes, slo_replicas
+from inferchaos.run.probe_set import ProbeFactory, build_probes, close_probes, slo_replicas
 from inferchaos.run.redact import redact, secret_values
 from inferchaos.run.spec import ExperimentSpec
-from inferchaos.run.verdict import NO_EFFECT, FaultOutcome, Status, Timing, Verdict
-from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.baseline_gate import sick_baseline
 from inferchaos.steady_state.canary import CanaryPace, phase_between_ticks
 from inferchaos.steady_state.detection import FaultAlert, detect_signals
@@ -69,6 +82,7 @@ from inferchaos.steady_state.platform import (
     triage_failure,
     with_platform,
 )
+from inferchaos.steady_state.probe_base import Probe
 from inferchaos.steady_state.sampler import Sampler, Tick
 from inferchaos.steady_state.slo import Phase, SloSpec
 from inferchaos.steady_state.timeline import Mark, Timeline, TimelineWriter
@@ -297,9 +311,8 @@ class Runner:
             reason=str(why),
             started_at=now,
             ended_at=now,
-            triage={"layer": "unknown", "reason": "nothing was injected: the scenario cannot run here",
-                    "evidence": {}},
-        )  # fmt: skip
+            triage=TriageRecord("unknown", "nothing was injected: the scenario cannot run here"),
+        )
         # No progress line: the verdict's own line says "skipped: <reason>" once.
         self._write_outputs(verdict)
         return verdict
@@ -746,18 +759,16 @@ class Runner:
         )
         # The platform's SLOs carry their declaration: no experiment file holds it, and a journal's
         # probe replays an SLO from its declaration.
-        slos = [
-            {**r.to_dict(), "declared": declaration(judged.by_name(r.name))}
-            if is_platform(r.name)
-            else r.to_dict()
+        slos = tuple(
+            SloRecord.of(r, declaration(judged.by_name(r.name)) if is_platform(r.name) else None)
             for r in evaluation.slos
-        ]
-        layers = {v.layer: {"ok": v.ok, "slos": list(v.slos)} for v in evaluation.layers}
+        )
+        layers = {v.layer: LayerRecord(v.ok, tuple(v.slos)) for v in evaluation.layers}
         fault_outcome = None
         if handle is not None:
             during, after = state.evidence_during, state.evidence_after
             merged = _merge_evidence(during, after)
-            fault_outcome = FaultOutcome(
+            fault_outcome = FaultRecord(
                 name=handle.fault,
                 layer=str(handle.layer),
                 params=handle.params,
@@ -767,14 +778,14 @@ class Runner:
                 evidence=merged,
             )
         recovery = evaluation.recovery
-        timing = Timing(
+        timing = TimingRecord(
             time_to_detect_s=evaluation.detection.time_to_detect_s if evaluation.detection else None,
             detected_by=evaluation.detection.slo if evaluation.detection else None,
             time_to_recover_s=recovery.time_to_recover_s if recovery else None,
             recovered=recovery.recovered if recovery else None,
             recovery_within_s=recovery.within_s if recovery else None,
             recovery_confirmed_at=recovery.confirmed_at if recovery else None,
-            recovery_blocked_by=list(recovery.blocked_by) if recovery else [],
+            recovery_blocked_by=tuple(recovery.blocked_by) if recovery else (),
         )
         status, reason = self._status(evaluation, fault_outcome, recovery)
         stopped = status is Status.ABORTED and state.stop and state.stop.get("kind") == "stop_condition"
@@ -844,17 +855,16 @@ class Runner:
             failure = failure.traced_to(triage_result)
             reason = f"{reason}; not injected by the scenario: {_failure_line(failure)}"
         stop_condition = state.stop if state.stop and state.stop.get("kind") == "stop_condition" else None
-        triage_dict = (
-            triage_result.to_dict()
+        triage_record = (
+            TriageRecord(triage_result.layer, triage_result.reason, triage_result.evidence)
             if triage_result
-            else {"layer": "unknown", "reason": "no fault was injected", "evidence": {}}
+            else TriageRecord("unknown", "no fault was injected")
         )
         control = self.options.control
         outcome = (
             control_outcome(
-                control, status, reason, str(triage_dict.get("layer")), stop_condition is not None,
-                state.released,
-            ).to_dict()
+                control, status, reason, str(triage_record.layer), stop_condition is not None, state.released
+            )
             if control is not None
             else None
         )  # fmt: skip
@@ -871,30 +881,37 @@ class Runner:
             slos=slos,
             layers=layers,
             timing=timing,
-            triage=triage_dict,
-            platform={
-                "steady": all(r.ok for r in evaluation.slos if r.name.startswith("platform.")),
-                "allows": {
-                    "replicas": sorted(spec.platform.replicas),
-                    "unread": sorted(spec.platform.unread),
-                },
-                "hold_s": judged.recovery.hold_s if judged.recovery else None,
-                "failure": failure.to_dict() if failure else None,
-                "healed": [{"replica": r, "failed_at": at} for r, at in healed.items()],
-                "detectors_after_revert": [
-                    {"t": f.t, "detector": f.detector, "message": f.message} for f in firing
-                ][-5:],
-            },
+            triage=triage_record,
+            platform=PlatformRecord(
+                steady=all(r.ok for r in evaluation.slos if r.name.startswith("platform.")),
+                allows=AllowsRecord(
+                    tuple(sorted(spec.platform.replicas)), tuple(sorted(spec.platform.unread))
+                ),
+                hold_s=judged.recovery.hold_s if judged.recovery else None,
+                failure=PlatformFailureRecord(
+                    failure.slo, failure.phase, failure.replica, failure.at, failure.reason
+                )
+                if failure
+                else None,
+                healed=tuple(HealedRecord(r, at) for r, at in healed.items()),
+                detectors_after_revert=tuple(
+                    DetectorFiringRecord(f.t, f.detector, f.message) for f in firing
+                )[-5:],
+            ),
             stop_condition=stop_condition,
             control=outcome,
-            detection=detect_signals(
-                timeline,
-                injected_at=self._first_act(handle),
-                breach=evaluation.detection,
-                fault=handle.fault if handle is not None else None,
-                fault_alerts=[FaultAlert(a.name, a.layer, a.reads) for a in alerts_for(handle.fault, CLUSTER)]
-                if handle is not None
-                else (),
+            detection=tuple(
+                detect_signals(
+                    timeline,
+                    injected_at=self._first_act(handle),
+                    breach=evaluation.detection,
+                    fault=handle.fault if handle is not None else None,
+                    fault_alerts=[
+                        FaultAlert(a.name, a.layer, a.reads) for a in alerts_for(handle.fault, CLUSTER)
+                    ]
+                    if handle is not None
+                    else (),
+                )
             ),
         )
 
@@ -905,7 +922,7 @@ class Runner:
         return min(acts, default=None)
 
     def _status(
-        self, evaluation: Evaluation, fault: FaultOutcome | None, recovery: RecoveryResult | None
+        self, evaluation: Evaluation, fault: FaultRecord | None, recovery: RecoveryResult | None
     ) -> tuple[Status, str]:
         state = self._state
         if state.interrupted:

@@ -25,12 +25,12 @@ from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import SaneBaseline
 from inferchaos.primitives.env_status import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
+from inferchaos.reports.verdict_schema import Verdict
 from inferchaos.run.controls import ControlSpec
 from inferchaos.run.runner import Runner, RunOptions
 from inferchaos.run.spec import ExperimentSpec, FaultStep
-from inferchaos.run.verdict import Verdict
-from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.canary import CanaryPace
+from inferchaos.steady_state.probe_base import Probe, Sample
 from inferchaos.steady_state.slo import ensure_slos_are_valid
 
 FAKE_FAULT = "test.fake_fault"
@@ -588,9 +588,10 @@ class RecordedLocalEnvironment:
 
 def run_cleanup(monkeypatch: Any) -> int:
     """Run `inferchaos cleanup` in-process against the ledger of INFERCHAOS_HOME; its exit code."""
+    from inferchaos.cli import cleanup as cli_cleanup
     from inferchaos.cli import main as cli
 
-    monkeypatch.setattr(cli, "LocalEnvironment", RecordedLocalEnvironment)
+    monkeypatch.setattr(cli_cleanup, "LocalEnvironment", RecordedLocalEnvironment)
     monkeypatch.setattr("sys.argv", ["inferchaos", "cleanup"])
     try:
         cli.main()

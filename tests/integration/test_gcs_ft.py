@@ -30,7 +30,7 @@ from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.gcs import gcs_processes
 from inferchaos.faults.registry import get_fault
-from inferchaos.primitives.gcs import GcsStorage
+from inferchaos.primitives.gcs_state import GcsStorage
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.processes import pid_alive
 from tests.skips import require

@@ -9,8 +9,8 @@ import pytest
 
 from inferchaos.environments.local.config import LocalEnvConfig
 from inferchaos.environments.local.env import LocalEnvironment
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.ray import RayProbe
 from inferchaos.steady_state.serve import ServeProbe
 from inferchaos.steady_state.vllm import VllmProbe

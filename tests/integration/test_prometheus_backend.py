@@ -39,7 +39,7 @@ from inferchaos.primitives.env_status import ReplicaStatus
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import recording_rule_names
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_alerts import PrometheusAlertsProbe
 from inferchaos.steady_state.prometheus_ray import PrometheusRayProbe, PromRaySelector
 from inferchaos.steady_state.prometheus_vllm import (

@@ -22,7 +22,7 @@ from scraped_stand_in import Job, Scraping, needs_prometheus, prometheus_scrapin
 from inferchaos.faults.base import wait_until
 from inferchaos.primitives.vllm_metrics import RUNNING
 from inferchaos.primitives.vllm_promql import OUTLIERS, SERIES_PROBES, Focus
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
     PrometheusVllmOutliersProbe,
     PrometheusVllmProbe,

@@ -17,7 +17,7 @@ import pytest
 from scraped_stand_in import Job, needs_prometheus, prometheus_scraping, query
 
 from inferchaos.faults.base import wait_until
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_k8s import PrometheusK8sProbe, PromKubeSelector
 
 pytestmark = [pytest.mark.integration, needs_prometheus]

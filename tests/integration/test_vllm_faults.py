@@ -13,7 +13,7 @@ from inferchaos.faults.base import wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.vllm.flood import FloodKvCache
 from inferchaos.faults.vllm.hang import HangEngine
-from inferchaos.faults.vllm.processes import process_state
+from inferchaos.faults.vllm.replica_processes import process_state
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.vllm_metrics import parse_metrics
 

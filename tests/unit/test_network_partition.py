@@ -20,7 +20,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.faults.network.degrade import DegradeLink
 from inferchaos.faults.network.partition import PartitionNode
 from inferchaos.primitives.netns import NetnsPlan, handshake_rtt, parse_subnet
-from inferchaos.steady_state.network import NetworkProbe, NodeLink
+from inferchaos.steady_state.network_probe import NetworkProbe, NodeLink
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,7 @@ def test_the_rules_prometheus_evaluates_are_those_of_the_probes_built_from_its_s
     assert scrape_config(tmp_path, rules_file=rules)["rule_files"] == [str(rules)]
     assert "rule_files" not in scrape_config(tmp_path)
     status = PrometheusRecord(pid=7, port=61191, log_path="p.log", targets_dir=str(tmp_path)).status()
-    # What inferchaos/run/probes.py builds from the environment's status.
+    # What inferchaos/run/probe_set.py builds from the environment's status.
     probes = PromVllmSelector(
         replica_label=status.replica_label,
         matchers=status.matchers,

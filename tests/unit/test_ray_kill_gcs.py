@@ -29,7 +29,7 @@ from inferchaos.faults.ray import gcs
 from inferchaos.faults.ray.gcs import ClusterView, gcs_evidence, gcs_processes, intact, is_serve_actor
 from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.env_status import EnvStatus, FrontDoorStatus, ModelStatus, RayStatus, VllmStatus
-from inferchaos.primitives.gcs import GcsStorage, is_gcs_server
+from inferchaos.primitives.gcs_state import GcsStorage, is_gcs_server
 from inferchaos.primitives.processes import ENV_MARKER, free_port, processes_with_marker, wait_for_port
 
 NAME = "ray.kill_gcs"

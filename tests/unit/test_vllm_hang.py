@@ -25,7 +25,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm import hang
 from inferchaos.faults.vllm.hang import HangEngine
-from inferchaos.faults.vllm.processes import process_state, same_process
+from inferchaos.faults.vllm.replica_processes import process_state, same_process
 from tests.fakes.replica_env import FakeReplicaEnv
 from tests.fakes.vllm_tree import Tree, answers, running_tree
 

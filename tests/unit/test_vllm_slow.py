@@ -26,7 +26,7 @@ from inferchaos.faults.base import FaultHandle, wait_until
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm import slow
-from inferchaos.faults.vllm.processes import process_state
+from inferchaos.faults.vllm.replica_processes import process_state
 from inferchaos.faults.vllm.slow import DutyCycle, SlowEngine, SlowEngineParams, duty_phases
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue

@@ -12,7 +12,7 @@ from kubernetes.client import V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.kube_errors import K8sError
 
 logger = logging.getLogger(__name__)
 

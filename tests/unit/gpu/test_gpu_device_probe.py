@@ -8,8 +8,8 @@ import pytest
 
 from inferchaos.primitives import memory_budget, nvml
 from inferchaos.primitives.nvml import Nvml, NvmlError, nvml_available
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.device import DeviceProbe, device_probe_for
+from inferchaos.steady_state.probe_base import Sample
 from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml, fake_cgroup_tree, write_budget
 
 

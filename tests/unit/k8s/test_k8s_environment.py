@@ -12,7 +12,7 @@ from inferchaos.cli.main import main
 from inferchaos.environments.k8s_config import load_k8s_env_config
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import ConfigError, EnvironmentNotUp
-from inferchaos.run.probes import build_probes, k8s_probe_of
+from inferchaos.run.probe_set import build_probes, k8s_probe_of
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import GPU_POOL, NS, WORKERS
 from tests.fakes.k8s_scenario import (

@@ -18,10 +18,10 @@ import yaml
 from inferchaos.cli.main import main
 from inferchaos.faults.ledger import Ledger
 from inferchaos.run.preflight import PreflightReport
-from inferchaos.run.probes import k8s_probe_of
+from inferchaos.run.probe_set import k8s_probe_of
 from inferchaos.run.suites import SUITES
-from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryPace
+from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import CONTROL_PLANE
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
@@ -49,11 +49,11 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> None:
         built, canary = fakes(environment, pace, named)
         return [*built, k8s_probe_of(environment)], canary
 
-    monkeypatch.setattr("inferchaos.cli.main.K8sEnvironment", ClusterWithFakeRay)
-    monkeypatch.setattr("inferchaos.cli.main.build_probes", probes)
+    monkeypatch.setattr("inferchaos.cli.environment.K8sEnvironment", ClusterWithFakeRay)
+    monkeypatch.setattr("inferchaos.cli.run_command.build_probes", probes)
     # Ray and vLLM do not answer over HTTP here, so the preflight (test_k8s_preflight.py runs it
     # against every layer) is taken as passed; what it was asked to check is kept.
-    monkeypatch.setattr("inferchaos.cli.main.ensure_preflight_passes", _passed_preflight)
+    monkeypatch.setattr("inferchaos.cli.environment.ensure_preflight_passes", _passed_preflight)
 
 
 PREFLIGHT_FAULTS: list[list[str]] = []

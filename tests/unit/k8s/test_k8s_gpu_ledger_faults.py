@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.k8s.ledger import ForceAntiAffinityDeadlock, SquatGpuLedger, TaintGpuNodes
+from inferchaos.faults.k8s.scheduler_ledger import ForceAntiAffinityDeadlock, SquatGpuLedger, TaintGpuNodes
 from inferchaos.faults.ledger import Ledger
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.k8s_doubles import KindEnv

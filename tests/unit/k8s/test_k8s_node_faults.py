@@ -10,7 +10,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.faults.k8s import node as node_module
 from inferchaos.faults.k8s.node import CordonNode, DeleteNode, DrainNode, StopNodeContainer
 from inferchaos.faults.ledger import Ledger
-from inferchaos.primitives.kube.errors import K8sError
+from inferchaos.primitives.kube.kube_errors import K8sError
 from tests.fakes.apiserver import FakeCluster, RecordedRequest
 from tests.fakes.k8s_doubles import FakeRuntime, KindEnv
 from tests.fakes.k8s_objects import NS, WORKERS, node

@@ -7,8 +7,8 @@ from kubernetes.client import ApiClient, Configuration
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.k8s import K8sProbe
+from inferchaos.steady_state.probe_base import Sample
 from tests.fakes.apiserver import FakeCluster
 from tests.fakes.k8s_objects import GPU_POOL, NS, VLLM_RS, WORKERS, pending_pod
 

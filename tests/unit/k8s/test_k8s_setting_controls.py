@@ -12,10 +12,10 @@ import pytest
 
 from inferchaos.faults.ledger import Ledger
 from inferchaos.run.controls import load_control
-from inferchaos.run.probes import k8s_probe_of
+from inferchaos.run.probe_set import k8s_probe_of
 from inferchaos.run.runner import Runner, RunOptions
-from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryPace
+from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
 from tests.fakes.runner import FakeProbeFactory, World

@@ -27,8 +27,8 @@ from inferchaos.load.locust_runner import (
     stop_process_group,
 )
 from inferchaos.primitives.processes import spawn_process_group
-from inferchaos.steady_state.base import Probe, Sample
 from inferchaos.steady_state.canary import CanaryPace
+from inferchaos.steady_state.probe_base import Probe, Sample
 from inferchaos.steady_state.sampler import Sampler
 from inferchaos.steady_state.timeline import Timeline
 from tests.fakes.openai_server import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer

@@ -19,10 +19,10 @@ import pytest
 
 from inferchaos.load.locust_runner import LoadedCanary, LoadOptions, load_probe_factory
 from inferchaos.primitives.env_status import EnvStatus
+from inferchaos.reports.verdict_schema import Status, Verdict
 from inferchaos.run.runner import Runner, RunOptions
-from inferchaos.run.verdict import Status, Verdict
-from inferchaos.steady_state.base import Probe
 from inferchaos.steady_state.canary import CanaryPace
+from inferchaos.steady_state.probe_base import Probe
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
 from tests.fakes.runner import FakeEnv, FakeFault, FakeProbeFactory, World, make_spec

@@ -47,7 +47,7 @@ def control_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("INFERCHAOS_HOME", str(base / "home"))
         result = run_fake_experiment(control.run_spec(), base / "run", world=world, control=control)
-    assert result.verdict.control is not None and result.verdict.control["result"] == "failed_as_expected"
+    assert result.verdict.control is not None and result.verdict.control.result == "failed_as_expected"
     return result.run_dir
 
 

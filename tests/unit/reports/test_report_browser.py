@@ -16,8 +16,8 @@ import numpy as np
 from matplotlib.image import imread
 
 from inferchaos.reports.htmlkit import STATUS_COLOURS
-from inferchaos.reports.load import Status
 from inferchaos.reports.render import render_run
+from inferchaos.reports.verdict_schema import Status
 from tests.skips import needs_package
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)

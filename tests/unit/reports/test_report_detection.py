@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from inferchaos.reports.errors import ReportError
 from inferchaos.reports.load import load_run, load_verdict
 from inferchaos.reports.render import render_run
-from inferchaos.run.verdict import Status, Verdict
+from inferchaos.reports.report_errors import ReportError
+from inferchaos.reports.verdict_schema import Status, Verdict
 from inferchaos.steady_state.detection import SignalDetection
 from tests.fakes.report_runs import edit_json, read_json
 
@@ -40,7 +40,7 @@ def with_detection(run_dir: Path) -> list[SignalDetection]:
     """Store in ``run_dir``'s verdict.json the ``detection`` a runner's Verdict writes; return it."""
     injected_at = float(read_json(run_dir / "verdict.json")["phases"]["injected"])
     expected = detections(injected_at)
-    written = Verdict("x", "x", "local", Status.FAILED, "", 0.0, 1.0, detection=expected).to_dict()[
+    written = Verdict("x", "x", "local", Status.FAILED, "", 0.0, 1.0, detection=tuple(expected)).to_dict()[
         "detection"
     ]
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from inferchaos.errors import InferchaosError
-from inferchaos.reports.load import Status, load_run
+from inferchaos.reports.load import load_run
 from inferchaos.reports.render import ReportError, render_run
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.steady_state.slo import Phase
 from tests.fakes.report_runs import RUN_NAMES, edit_json
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from inferchaos.reports.errors import ReportError
 from inferchaos.reports.load import load_run
 from inferchaos.reports.openmetrics import openmetrics_text
 from inferchaos.reports.render import render_run
+from inferchaos.reports.report_errors import ReportError
 from tests.fakes.report_runs import copy_run, read_json
 
 STATUSES = ("passed", "failed", "aborted", "error", "skipped")

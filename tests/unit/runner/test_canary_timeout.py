@@ -54,7 +54,7 @@ def test_without_a_canary_block_the_timeout_is_ten_seconds_with_eight_in_flight(
 def test_the_run_reads_each_replica_its_slos_and_stop_conditions_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A fleet too large to read whole still reads these each tick (inferchaos/run/probes.py).
+    # A fleet too large to read whole still reads these each tick (inferchaos/run/probe_set.py).
     monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
     back = {"name": "replica_back", "probe": "vllm.healthy", "labels": {"replica": "replica-1"},
             "agg": "min", "op": ">=", "threshold": 1, "phase": "recovery", "window_s": 0.5}  # fmt: skip

@@ -9,8 +9,8 @@ import pytest
 
 from inferchaos.errors import EnvironmentError_
 from inferchaos.faults.ledger import Ledger
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.runner import RunOptions, run_experiment
-from inferchaos.run.verdict import Status
 from tests.fakes.runner import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
 
 
@@ -100,8 +100,8 @@ def test_a_baseline_with_nothing_to_scale_an_slo_from_samples_on_for_one_more_ba
     ), result.progress
     phases = result.verdict.phases
     assert phases["injected"] - phases["baseline_start"] >= 2.0
-    (survivor,) = [s for s in result.verdict.slos if s["name"] == "survivor_ttft"]
-    assert not survivor["ok"] and survivor["baseline"] is None
+    (survivor,) = [s for s in result.verdict.slos if s.name == "survivor_ttft"]
+    assert not survivor.ok and survivor.baseline is None
     assert result.verdict.timing.detected_by != "survivor_ttft"
 
 

@@ -15,9 +15,9 @@ import pytest
 
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
 from inferchaos.run.spec import ExperimentSpec
-from inferchaos.run.verdict import Status
 from tests.fakes.runner import FAKE_SABOTAGE, RunResult, World, make_spec, run_cleanup, run_fake_experiment
 
 # The fault hurts the platform while it is in place: a queue in vLLM, slow first tokens.
@@ -51,12 +51,12 @@ def test_a_held_fault_is_judged_in_place_and_reverted_once_after_the_run(
     assert names.index("revert") > names.index("canary.stop")
     assert Ledger().entries() == []
     assert verdict.control is not None
-    assert verdict.control["result"] == ControlResult.FAILED_AS_EXPECTED
-    assert verdict.control["message"].startswith("control: failed as expected")
-    assert verdict.control["released"] == [
-        {"fault": "test.fake_fault", "ok": True, "handle": verdict.control["released"][0]["handle"]}
+    assert verdict.control.result == ControlResult.FAILED_AS_EXPECTED
+    assert verdict.control.message.startswith("control: failed as expected")
+    assert list(verdict.control.released) == [
+        {"fault": "test.fake_fault", "ok": True, "handle": verdict.control.released[0]["handle"]}
     ]
-    assert verdict.triage["layer"] == "vllm"
+    assert verdict.triage.layer == "vllm"
 
 
 def test_a_control_whose_scenario_passes_says_the_scenario_cannot_catch_it(
@@ -68,8 +68,8 @@ def test_a_control_whose_scenario_passes_says_the_scenario_cannot_catch_it(
     result = _run(tmp_path, monkeypatch, _control(spec, hold=True), world)
     assert result.verdict.status is Status.PASSED
     control = result.verdict.control
-    assert control is not None and control["result"] == ControlResult.PASSED
-    assert control["message"] == "control PASSED: the scenario cannot catch this"
+    assert control is not None and control.result == ControlResult.PASSED
+    assert control.message == "control PASSED: the scenario cannot catch this"
     assert Ledger().entries() == []
 
 
@@ -85,8 +85,8 @@ def test_sabotage_lasts_through_recovery_and_is_reverted_after_the_run(
     assert names.index("evidence") < names.index("sabotage.inject") < names.index("revert")
     assert names.index("sabotage.revert") > names.index("canary.stop")
     assert names.count("sabotage.revert") == 1 and names.count("revert") == 1
-    slos = {s["name"]: s for s in result.verdict.slos}
-    assert not slos["ttft_after"]["ok"] and slos["ttft_after"]["observed"] == 3.0
+    slos = {s.name: s for s in result.verdict.slos}
+    assert not slos["ttft_after"].ok and slos["ttft_after"].observed == 3.0
     assert result.verdict.status is Status.FAILED
     assert Ledger().entries() == []
 
@@ -98,8 +98,8 @@ def test_a_control_that_fails_in_another_layer_is_not_proven(
     result = _run(tmp_path, monkeypatch, _control(spec, hold=True, layer=Layer.RAY), World(during=dict(HURT)))
     control = result.verdict.control
     assert result.verdict.status is Status.FAILED
-    assert control is not None and control["result"] == ControlResult.WRONG_LAYER
-    assert control["message"] == "control failed, but triage named vllm, not ray"
+    assert control is not None and control.result == ControlResult.WRONG_LAYER
+    assert control.message == "control failed, but triage named vllm, not ray"
 
 
 def test_ctrl_c_during_a_held_recovery_reverts_everything_once(
@@ -117,7 +117,7 @@ def test_ctrl_c_during_a_held_recovery_reverts_everything_once(
     assert verdict.status is Status.ABORTED and "interrupted" in verdict.reason
     assert world.names().count("revert") == 1 and world.names().count("sabotage.revert") == 1
     assert Ledger().entries() == []
-    assert verdict.control is not None and verdict.control["result"] == ControlResult.NO_VERDICT
+    assert verdict.control is not None and verdict.control.result == ControlResult.NO_VERDICT
 
 
 def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_ctrl_c_right_after_a_sabotage_goes_in_reverts_it_and_the_fault_once(
     # The scenario's own fault: reverted once where it went in (not at all from the baseline).
     assert names.count("revert") == names.count("inject") == (0 if at is SabotageAt.BASELINE else 1), names
     assert Ledger().entries() == []
-    assert result.verdict.control is not None and result.verdict.control["result"] == ControlResult.NO_VERDICT
+    assert result.verdict.control is not None and result.verdict.control.result == ControlResult.NO_VERDICT
 
 
 def test_a_release_that_fails_keeps_its_entry_for_cleanup(
@@ -193,7 +193,7 @@ def test_a_release_that_fails_keeps_its_entry_for_cleanup(
     result = _run(tmp_path, monkeypatch, _control(spec, sabotage=(step,)), world)
     control = result.verdict.control
     assert control is not None
-    (released,) = control["released"]
+    (released,) = control.released
     assert released["fault"] == FAKE_SABOTAGE and released["ok"] is False, released
     (entry,) = Ledger().entries()
     assert entry.fault == FAKE_SABOTAGE

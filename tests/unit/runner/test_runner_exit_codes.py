@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import inferchaos.cli.main as cli
+import inferchaos.cli.run_command as cli_run
+from inferchaos.reports.verdict_schema import EXIT_INTERRUPTED, Status, Verdict
 from inferchaos.run.spec import load_and_validate
-from inferchaos.run.verdict import EXIT_INTERRUPTED, Status, Verdict
 from tests.fakes.runner import FakeEnv, RunResult
 
 REPO = Path(__file__).resolve().parents[3]
@@ -55,12 +55,12 @@ def test_cli_maps_an_interrupted_run_to_130(
 ) -> None:
     """The CLI's run path turns the verdict of a real interrupted run into exit 130."""
     monkeypatch.setattr(
-        cli,
+        cli_run,
         "run_experiment",
         lambda spec, env, options, progress=None, probe_factory=None: interrupted_run.verdict,
     )
     assert EXIT_INTERRUPTED == 130
-    code, _ = cli._run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False)  # type: ignore[arg-type]
+    code, _ = cli_run.run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False)  # type: ignore[arg-type]
     assert code == 130
 
 
@@ -74,9 +74,11 @@ def test_cli_maps_verdicts_to_their_exit_code(
 ) -> None:  # fmt: skip
     result: RunResult = request.getfixturevalue(scenario)
     monkeypatch.setattr(
-        cli, "run_experiment", lambda spec, env, options, progress=None, probe_factory=None: result.verdict
+        cli_run,
+        "run_experiment",
+        lambda spec, env, options, progress=None, probe_factory=None: result.verdict,
     )
-    assert cli._run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False)[0] == code  # type: ignore[arg-type]
+    assert cli_run.run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False)[0] == code  # type: ignore[arg-type]
 
 
 def _inferchaos(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from inferchaos.cli import main as cli
+from inferchaos.cli import gameday as cli_gameday
 from inferchaos.errors import EnvironmentError_
 from inferchaos.faults.base import FaultPlan
 from inferchaos.layers import Layer
@@ -26,7 +26,7 @@ RECORDED = {"kv_flood": "failed_kv_flood", "strict_pg_stall": "aborted_pg_stall"
 
 def _planned(name: str) -> Any:
     spec = load_and_validate(REPO / "experiments" / f"{name}.yaml")
-    return cli._PlannedRun(spec, FaultPlan(spec.fault.fault, Layer.VLLM, "recorded", []))
+    return cli_gameday._PlannedRun(spec, FaultPlan(spec.fault.fault, Layer.VLLM, "recorded", []))
 
 
 def test_the_day_folder_gets_its_files_over_every_run(
@@ -43,10 +43,10 @@ def test_the_day_folder_gets_its_files_over_every_run(
         shutil.copytree(FIXTURE_RUNS / RECORDED[spec.name], run_dir)
         return (1, None)
 
-    monkeypatch.setattr(cli, "_run_one", recorded_run)
+    monkeypatch.setattr(cli_gameday, "run_one", recorded_run)
     out = tmp_path / "runs"
     planned = [_planned("kv_flood"), _planned("node_loss"), _planned("strict_pg_stall")]
-    worst = cli._run_suite(planned, FakeEnv(), out, 1.0, None, None)  # type: ignore[arg-type]
+    worst = cli_gameday._run_suite(planned, FakeEnv(), out, 1.0, None, None)  # type: ignore[arg-type]
     assert worst == 2
     (day,) = out.glob("gameday-*")
     assert [p.parent for p in asked] == [day] * 3

@@ -138,7 +138,7 @@ def test_report_tables_are_filled_for_an_injected_run(passed_run: RunResult) -> 
     verdict = passed_run.verdict
     for key, phase in (("before", "baseline"), ("after", "recovery")):
         names = [p["activity"]["name"] for p in states[key]["probes"]]
-        assert names == [s["name"] for s in verdict.slos if s["phase"] == phase], key
+        assert names == [s.name for s in verdict.slos if s.phase == phase], key
         for probe in states[key]["probes"]:
             assert probe["tolerance_met"] is True and probe["status"] == "succeeded", probe
             assert isinstance(probe["output"], float), probe

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
-from inferchaos.cli import main as cli
+from inferchaos.cli import run_command as cli_run
 from inferchaos.errors import ConfigError, PlatformDidNotRecover
 from inferchaos.faults.base import RevertWait
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm.flood import NAME as FLOOD
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
-from inferchaos.run.verdict import Status
 from tests.fakes.runner import (
     FAKE_FAULT,
     FakeEnv,
@@ -64,9 +64,9 @@ def test_a_revert_that_waits_out_the_platform_fails_the_run(
     stored = json.loads(not_back_run.read("verdict.json"))
     assert (stored["status"], stored["reason"]) == ("failed", verdict.reason)
     # What `inferchaos run` exits with for this verdict.
-    monkeypatch.setattr(cli, "run_experiment", lambda *args, **kwargs: verdict)
+    monkeypatch.setattr(cli_run, "run_experiment", lambda *args, **kwargs: verdict)
     spec = make_spec(tmp_path / "not_back.yaml")
-    assert cli._run_one(spec, FakeEnv(), tmp_path / "cli-out", 0.25, False)[0] == 1  # type: ignore[arg-type]
+    assert cli_run.run_one(spec, FakeEnv(), tmp_path / "cli-out", 0.25, False)[0] == 1  # type: ignore[arg-type]
     # The recovery is not sampled: the revert's wait already outlasted its window.
     assert not_back_run.world.count("evidence") == 1, not_back_run.world.names()
 

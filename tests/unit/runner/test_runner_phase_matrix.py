@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from inferchaos.cli import main as cli
+from inferchaos.cli import run_command as cli_run
 from inferchaos.faults.ledger import Ledger
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.spec import ExperimentSpec
-from inferchaos.run.verdict import Status
 from tests.fakes.runner import (
     FAKE_FAULT,
     LONG_DURING_S,
@@ -132,9 +132,9 @@ def _run_case(case: Case, tmp_path: Path) -> tuple[ExperimentSpec, RunResult]:
 
 def _cli_exit_code(result: RunResult, spec: ExperimentSpec, tmp_path: Path, mp: pytest.MonkeyPatch) -> int:
     """What `inferchaos run` exits with for this verdict: the CLI's own mapping, fed the run's verdict."""
-    mp.setattr(cli, "load_and_validate", lambda path: spec)
-    mp.setattr(cli, "run_experiment", lambda *args, **kwargs: result.verdict)
-    return cli._run_one(spec, FakeEnv(), tmp_path / "cli-out", 0.25, False)[0]  # type: ignore[arg-type]
+    mp.setattr(cli_run, "load_and_validate", lambda path: spec)
+    mp.setattr(cli_run, "run_experiment", lambda *args, **kwargs: result.verdict)
+    return cli_run.run_one(spec, FakeEnv(), tmp_path / "cli-out", 0.25, False)[0]  # type: ignore[arg-type]
 
 
 def _landed_in(result: RunResult, at: InterruptAt) -> Callable[[float], bool]:

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferchaos.cli import gameday as cli_gameday
 from inferchaos.cli import main as cli
+from inferchaos.cli import run_command as cli_run
 from inferchaos.errors import ConfigError
 from inferchaos.primitives.processes import free_port
 from inferchaos.reports.pushgateway import pushgateway_url
@@ -67,7 +69,8 @@ def test_a_bad_url_is_refused_in_one_line_before_anything_runs(
     def no_environment(*args: object, **kwargs: object) -> None:
         raise AssertionError("the environment was opened before --pushgateway was checked")
 
-    monkeypatch.setattr(cli, "LocalEnvironment", no_environment)
+    monkeypatch.setattr(cli_run, "LocalEnvironment", no_environment)
+    monkeypatch.setattr(cli_gameday, "LocalEnvironment", no_environment)
     out = tmp_path / "runs"
     assert _cli([*command, "--out", str(out), "--pushgateway", url], monkeypatch) == 2
     lines = capsys.readouterr().err.strip().splitlines()
@@ -111,8 +114,8 @@ def _run_with_push(
         shutil.copytree(passed_run.run_dir, options.run_dir)
         return passed_run.verdict
 
-    monkeypatch.setattr(cli, "run_experiment", recorded)
-    return cli._run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False,  # type: ignore[arg-type]
+    monkeypatch.setattr(cli_run, "run_experiment", recorded)
+    return cli_run.run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False,  # type: ignore[arg-type]
                         pushgateway=gateway)[0]  # fmt: skip
 
 
@@ -206,11 +209,11 @@ def test_the_cli_push_lands_in_a_real_pushgateway_with_the_verdicts_values(
 def test_a_push_replaces_the_experiments_group(pushgateway: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The failed recording measured a time to detect; the passed one pushed after it did not,
     so none is left: the gateway holds the latest run of kv_flood on local, nothing older."""
-    cli._push_run(pushgateway, FIXTURE_RUNS / "failed_kv_flood")
+    cli_run._push_run(pushgateway, FIXTURE_RUNS / "failed_kv_flood")
     assert any(
         name == "inferchaos_time_to_detect_seconds" for name, _ in _gateway_samples(pushgateway, "kv_flood")
     )
-    cli._push_run(pushgateway, FIXTURE_RUNS / "passed_kv_flood")
+    cli_run._push_run(pushgateway, FIXTURE_RUNS / "passed_kv_flood")
     assert "pushed to" in capsys.readouterr().out
     found = _gateway_samples(pushgateway, "kv_flood")
     assert not any(name == "inferchaos_time_to_detect_seconds" for name, _ in found)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferchaos.faults.ledger import Ledger
-from inferchaos.run.verdict import Status
+from inferchaos.reports.verdict_schema import Status
 from tests.fakes.runner import (
     FAKE_FAULT,
     LONG_DURING_S,

@@ -12,7 +12,7 @@ import pytest
 
 from inferchaos.ctk import live as ctk_live
 from inferchaos.primitives.capabilities import SaneBaseline
-from inferchaos.run.verdict import Status
+from inferchaos.reports.verdict_schema import Status
 from inferchaos.steady_state.baseline_gate import SickBaseline
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.timeline import Row, Timeline

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from inferchaos.cli import gameday as cli_gameday
 from inferchaos.cli import main as cli
+from inferchaos.cli import run_command as cli_run
 from inferchaos.primitives.memory_budget import CGROUP_ROOT_ENV
+from inferchaos.reports.verdict_schema import Status, Verdict
 from inferchaos.run.controls import load_control
 from inferchaos.run.spec import ExperimentSpec, load_and_validate
-from inferchaos.run.verdict import Status, Verdict
 from tests.fakes.runner import FakeLocalEnvironment, FakeProbeFactory, World, make_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -40,8 +42,9 @@ def no_cgroups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def fake_local(monkeypatch: pytest.MonkeyPatch, private_home: Path) -> None:
     """The CLI's local environment is up and fake; its probes read a healthy fake world."""
-    monkeypatch.setattr(cli, "LocalEnvironment", FakeLocalEnvironment)
-    monkeypatch.setattr(cli, "build_probes", FakeProbeFactory(World()))
+    monkeypatch.setattr(cli_run, "LocalEnvironment", FakeLocalEnvironment)
+    monkeypatch.setattr(cli_gameday, "LocalEnvironment", FakeLocalEnvironment)
+    monkeypatch.setattr(cli_run, "build_probes", FakeProbeFactory(World()))
 
 
 @pytest.fixture
@@ -53,8 +56,8 @@ def suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def load(path: Path) -> ExperimentSpec:
         return make_spec(path) if path == other else real_load(path)
 
-    monkeypatch.setattr(cli, "suite_paths", lambda name: [other, SQUAT])
-    monkeypatch.setattr(cli, "load_and_validate", load)
+    monkeypatch.setattr(cli_gameday, "suite_paths", lambda name: [other, SQUAT])
+    monkeypatch.setattr(cli_gameday, "load_and_validate", load)
     return [OTHER, "gpu_memory_squat"]
 
 
@@ -196,11 +199,11 @@ def test_a_negative_control_of_a_skipped_scenario_is_skipped_too_not_unproven(
 ) -> None:
     control = load_control(REPO / "experiments" / "controls" / "gpu_memory_squat.yaml")
     environment = FakeLocalEnvironment()
-    planned = cli._plan_suite([], environment, None, [control])  # type: ignore[arg-type]
+    planned = cli_gameday._plan_suite([], environment, None, [control])  # type: ignore[arg-type]
     assert [(p.plan, p.skipped.startswith(_reason(no_cgroups))) for p in planned] == [(None, True)]
     out = tmp_path / "runs"
-    assert cli._run_suite(planned, environment, out, 0.25, None, None) == 0  # type: ignore[arg-type]
+    assert cli_gameday._run_suite(planned, environment, out, 0.25, None, None) == 0  # type: ignore[arg-type]
     (verdict,) = _verdicts(out).values()
     assert (verdict["status"], verdict["control"]) == ("skipped", None)
     strict_out = tmp_path / "strict"
-    assert cli._run_suite(planned, environment, strict_out, 0.25, None, None, strict=True) == 2  # type: ignore[arg-type]
+    assert cli_gameday._run_suite(planned, environment, strict_out, 0.25, None, None, strict=True) == 2  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import inferchaos.run.runner as runner_module
-from inferchaos.run.verdict import Status
+from inferchaos.reports.verdict_schema import Status
 from tests.fakes.runner import FaultScript, World, make_spec, run_fake_experiment
 
 
@@ -26,5 +26,5 @@ def test_without_a_breach_triage_looks_over_the_whole_fault_window(
     verdict = result.verdict
     assert verdict.status is Status.PASSED, verdict.reason
     assert verdict.timing.time_to_detect_s is None  # nothing breached
-    assert verdict.triage["layer"] == "vllm", verdict.triage
-    assert verdict.triage["evidence"]["probe"] == "vllm.kv_cache_usage"
+    assert verdict.triage.layer == "vllm", verdict.triage
+    assert verdict.triage.evidence["probe"] == "vllm.kv_cache_usage"

@@ -12,10 +12,10 @@ import yaml
 from inferchaos.errors import ConfigError
 from inferchaos.primitives.openai_stream import StreamResult
 from inferchaos.steady_state.aggregates import p95
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.canary import CanaryConfig, CanaryProbe, phase_between_ticks, result_samples
 from inferchaos.steady_state.catalog import KNOWN_PROBES
 from inferchaos.steady_state.evaluation import evaluate_slo
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.slo import ensure_slos_are_valid
 from inferchaos.steady_state.timeline import Row, Timeline
 from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer

@@ -17,8 +17,8 @@ from aiohttp.test_utils import TestServer
 from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.layers import Layer
 from inferchaos.primitives.prometheus_api import PromSeries
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.catalog import K8S_PROBES
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_k8s import (
     DEPLOYMENTS_AVAILABLE,
     DEPLOYMENTS_READY,

@@ -14,8 +14,8 @@ import pytest
 from inferchaos.errors import ProbeError
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.catalog import RAY_PROBES
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_ray import (
     ACTORS,
     DEAD,

@@ -33,8 +33,8 @@ from inferchaos.primitives.env_status import (
 from inferchaos.primitives.processes import free_port
 from inferchaos.primitives.prometheus_api import PromSeries, vector_of
 from inferchaos.primitives.vllm_promql import RECORDED, RULE_GROUP, Focus, merge_parts
-from inferchaos.run.probes import vllm_probes
-from inferchaos.steady_state.base import Sample
+from inferchaos.run.probe_set import vllm_probes
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.prometheus_vllm import (
     CACHE_INFO,
     EVERY_REPLICA_UP_TO,

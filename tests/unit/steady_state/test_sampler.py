@@ -11,7 +11,7 @@ import pytest
 
 from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.layers import Layer
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.sampler import Sampler, Tick
 from inferchaos.steady_state.timeline import Timeline, TimelineWriter, read_timeline
 

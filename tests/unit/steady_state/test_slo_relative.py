@@ -16,7 +16,7 @@ import yaml
 
 from inferchaos.errors import ConfigError
 from inferchaos.reports.formatting import threshold as threshold_text
-from inferchaos.reports.load import SloRecord
+from inferchaos.reports.verdict_schema import SloRecord
 from inferchaos.run.spec import ensure_experiment_is_valid
 from inferchaos.steady_state.evaluation import detect, evaluate, evaluate_slo, missing_baselines, recover
 from inferchaos.steady_state.slo import Op, Phase, SloSpec, ensure_slos_are_valid

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import ConfigError
-from inferchaos.steady_state.base import Sample
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.timeline import (
     Row,
     Timeline,

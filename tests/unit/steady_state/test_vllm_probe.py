@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from inferchaos.errors import ProbeError
-from inferchaos.steady_state.base import Sample
 from inferchaos.steady_state.catalog import KNOWN_PROBES
+from inferchaos.steady_state.probe_base import Sample
 from inferchaos.steady_state.sampler import Sampler
 from inferchaos.steady_state.timeline import Timeline
 from inferchaos.steady_state.vllm import VllmProbe
