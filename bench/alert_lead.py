@@ -30,10 +30,19 @@ from pathlib import Path
 def run_day(out: Path, suite: str) -> Path:
     """Run the game day with --prometheus into ``out``; its day folder."""
     subprocess.run(
-        [sys.executable, "-m", "inferchaos.cli.main", "gameday", "--suite", suite, "--prometheus",
-         "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "inferchaos.cli.main",
+            "gameday",
+            "--suite",
+            suite,
+            "--prometheus",
+            "--out",
+            str(out),
+        ],
         check=False,
-    )  # fmt: skip
+    )
     days = sorted(out.glob("gameday-*"))
     if not days:
         raise SystemExit(f"the game day wrote no day folder under {out}")
@@ -57,13 +66,31 @@ def rows(day: Path) -> list[tuple[str, ...]]:
         )
         if not fired:
             read = any(d.get("detail") == "no alert fired" for d in detections)
-            out.append((verdict["experiment"], fault_layer, "no alert fired" if read else "alerts not read",
-                        "-", "-", "-", ", ".join(early) or "-"))  # fmt: skip
+            out.append(
+                (
+                    verdict["experiment"],
+                    fault_layer,
+                    "no alert fired" if read else "alerts not read",
+                    "-",
+                    "-",
+                    "-",
+                    ", ".join(early) or "-",
+                )
+            )
             continue
         first = fired[0]
         lead = "-" if first.get("lead_s") is None else f"{first['lead_s']:+.1f} s"
-        out.append((verdict["experiment"], fault_layer, first["signal"].removeprefix("alert."), first["layer"],
-                    f"{first['noticed_after_s']:.1f} s", lead, ", ".join(early) or "-"))  # fmt: skip
+        out.append(
+            (
+                verdict["experiment"],
+                fault_layer,
+                first["signal"].removeprefix("alert."),
+                first["layer"],
+                f"{first['noticed_after_s']:.1f} s",
+                lead,
+                ", ".join(early) or "-",
+            )
+        )
     return out
 
 
@@ -73,8 +100,15 @@ def main() -> None:
     parser.add_argument("--suite", default="default")
     args = parser.parse_args()
     day = args.day or run_day(Path(tempfile.mkdtemp(prefix="alert-lead-")), args.suite)
-    header = ("scenario", "fault layer", "first alert", "its layer", "after injection", "lead over users",
-              "firing before injection")  # fmt: skip
+    header = (
+        "scenario",
+        "fault layer",
+        "first alert",
+        "its layer",
+        "after injection",
+        "lead over users",
+        "firing before injection",
+    )
     table = [header, *rows(day)]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:

@@ -56,9 +56,14 @@ def bench_server(
     model_dir = ensure_model(spec)
     port = free_port()
     launch = ReplicaLaunch(
-        model_dir=str(model_dir), served_model_name=spec.name, max_model_len=spec.max_model_len,
-        kv_cache_bytes=kv_cache_tokens * spec.kv_bytes_per_token, base_port=port, state_dir="", max_slots=1,
-    )  # fmt: skip
+        model_dir=str(model_dir),
+        served_model_name=spec.name,
+        max_model_len=spec.max_model_len,
+        kv_cache_bytes=kv_cache_tokens * spec.kv_bytes_per_token,
+        base_port=port,
+        state_dir="",
+        max_slots=1,
+    )
     log = (log_dir or Path(tempfile.mkdtemp(prefix="bench-server-"))) / "vllm-server.log"
     url = f"http://127.0.0.1:{port}"
     logger.info("starting a vLLM server for %s on %s (log %s)", spec.name, url, log)

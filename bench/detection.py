@@ -70,33 +70,73 @@ def experiment(
         "baseline": {"duration_s": baseline_s},
         "steady-state-hypothesis": {
             "title": "The front door serves completions",
-            "probes": [{
-                "type": "probe", "name": "front-door-serves", "tolerance": True,
-                "provider": {"type": "python", "module": "inferchaos.ctk.providers",
-                             "func": "front_door_serves"},
-            }],
+            "probes": [
+                {
+                    "type": "probe",
+                    "name": "front-door-serves",
+                    "tolerance": True,
+                    "provider": {
+                        "type": "python",
+                        "module": "inferchaos.ctk.providers",
+                        "func": "front_door_serves",
+                    },
+                }
+            ],
         },
-        "method": [{
-            "type": "action", "name": verb.replace("_", "-"),
-            "provider": {"type": "python", "module": module, "func": verb, "arguments": dict(arguments)},
-            "pauses": {"after": during_s},
-        }],
-        "rollbacks": [{
-            "type": "action", "name": f"rollback-{verb.replace('_', '-')}",
-            "provider": {"type": "python", "module": module, "func": f"rollback_{verb}"},
-        }],
+        "method": [
+            {
+                "type": "action",
+                "name": verb.replace("_", "-"),
+                "provider": {"type": "python", "module": module, "func": verb, "arguments": dict(arguments)},
+                "pauses": {"after": during_s},
+            }
+        ],
+        "rollbacks": [
+            {
+                "type": "action",
+                "name": f"rollback-{verb.replace('_', '-')}",
+                "provider": {"type": "python", "module": module, "func": f"rollback_{verb}"},
+            }
+        ],
         "slos": [
-            {"name": "serves_before", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,
-             "phase": "baseline"},
-            {"name": "availability", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,
-             "phase": "during", "window_s": 3},
-            {"name": "canary_ttft_p95", "probe": "canary.ttft_s", "agg": "p95", "op": "<=",
-             "threshold": {"times_baseline": 5, "at_least": 0.5}, "phase": "during", "window_s": 5},
-            {"name": "serves_after", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,
-             "phase": "recovery", "window_s": 5},
+            {
+                "name": "serves_before",
+                "probe": "canary.success",
+                "agg": "mean",
+                "op": ">=",
+                "threshold": 0.9,
+                "phase": "baseline",
+            },
+            {
+                "name": "availability",
+                "probe": "canary.success",
+                "agg": "mean",
+                "op": ">=",
+                "threshold": 0.9,
+                "phase": "during",
+                "window_s": 3,
+            },
+            {
+                "name": "canary_ttft_p95",
+                "probe": "canary.ttft_s",
+                "agg": "p95",
+                "op": "<=",
+                "threshold": {"times_baseline": 5, "at_least": 0.5},
+                "phase": "during",
+                "window_s": 5,
+            },
+            {
+                "name": "serves_after",
+                "probe": "canary.success",
+                "agg": "mean",
+                "op": ">=",
+                "threshold": 0.9,
+                "phase": "recovery",
+                "window_s": 5,
+            },
         ],
         "recovery": {"within_s": 120, "hold_s": 5, "steady": ["serves_after"]},
-    }  # fmt: skip
+    }
 
 
 def experiment_spec(
@@ -135,10 +175,17 @@ def summarize(results: Mapping[str, Sequence[Sequence[SignalDetection]]]) -> lis
                 signals.setdefault(d.signal, (d.layer, []))[1].append(d.noticed_after_s)
         for signal, (layer, times) in signals.items():
             noticed = [t for t in times if t is not None]
-            summaries.append(SignalSummary(
-                fault, layer, signal, len(times), len(noticed),
-                statistics.median(noticed) if noticed else None, max(noticed) if noticed else None,
-            ))  # fmt: skip
+            summaries.append(
+                SignalSummary(
+                    fault,
+                    layer,
+                    signal,
+                    len(times),
+                    len(noticed),
+                    statistics.median(noticed) if noticed else None,
+                    max(noticed) if noticed else None,
+                )
+            )
     return summaries
 
 
@@ -233,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         "--interval", type=float, default=1.0, help="sampling interval in seconds (default 1)"
     )
     parser.add_argument(
-        "--out", type=Path, default=Path("runs") / f"bench-detection-{time.strftime('%Y%m%d-%H%M%S')}",
+        "--out",
+        type=Path,
+        default=Path("runs") / f"bench-detection-{time.strftime('%Y%m%d-%H%M%S')}",
         help="folder for the run folders (default runs/bench-detection-<time>)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")

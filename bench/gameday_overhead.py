@@ -51,8 +51,15 @@ def _windows(verdict_path: Path) -> RunWindows | None:
         return None
     confirmed = timing.get("recovery_confirmed_at")
     recovery = (confirmed - reverted) if confirmed else (timing.get("time_to_recover_s") or 0.0)
-    return RunWindows(verdict["experiment"], verdict["status"], verdict["started_at"], verdict["ended_at"],
-                      injected - start, reverted - injected, recovery)  # fmt: skip
+    return RunWindows(
+        verdict["experiment"],
+        verdict["status"],
+        verdict["started_at"],
+        verdict["ended_at"],
+        injected - start,
+        reverted - injected,
+        recovery,
+    )
 
 
 def main() -> None:
@@ -60,8 +67,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/bench-gameday"))
     args = parser.parse_args()
     began = time.time()
-    result = subprocess.run([sys.executable, "-m", "inferchaos.cli.main", "gameday", "--out", str(args.out)],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "inferchaos.cli.main", "gameday", "--out", str(args.out)],
+        capture_output=True,
+        text=True,
+    )
     finished = time.time()
     wall = finished - began
     day = sorted(args.out.glob("gameday-*"))[-1]
@@ -75,8 +85,10 @@ def main() -> None:
     )
     for w in runs:
         run_wall = w.ended_at - w.started_at
-        print(f"{w.name:18s} {w.status:8s} {w.baseline_s:8.1f}s {w.fault_s:6.1f}s {w.recovery_s:8.1f}s "
-              f"{run_wall:8.1f}s {run_wall - w.inherent_s:8.1f}s")  # fmt: skip
+        print(
+            f"{w.name:18s} {w.status:8s} {w.baseline_s:8.1f}s {w.fault_s:6.1f}s {w.recovery_s:8.1f}s "
+            f"{run_wall:8.1f}s {run_wall - w.inherent_s:8.1f}s"
+        )
     first, last = min(w.started_at for w in runs), max(w.ended_at for w in runs)
     span = last - first
     inherent = sum(w.inherent_s for w in runs)

@@ -42,8 +42,10 @@ def _gib(n: int | None) -> str:
 
 
 def _show(label: str, obs: GpuObservation) -> None:
-    print(f"  {label}: used {_gib(obs.memory.used_bytes)}, free {_gib(obs.memory.free_bytes)} "
-          f"of {_gib(obs.memory.total_bytes)}; compute pids {obs.pids}")  # fmt: skip
+    print(
+        f"  {label}: used {_gib(obs.memory.used_bytes)}, free {_gib(obs.memory.free_bytes)} "
+        f"of {_gib(obs.memory.total_bytes)}; compute pids {obs.pids}"
+    )
 
 
 def _wait_used_back(nvml: Nvml, target: int, timeout_s: float) -> GpuObservation:
@@ -63,8 +65,14 @@ def check(nvml: Nvml, log_dir: Path) -> bool:
     print(f"GPU {DEVICE}: squatting {FRACTION:.0%} = {_gib(nbytes)} ({nbytes} bytes)")
     _show("before", before)
     # The squatter sizes the device with the driver, which may count a little less than NVML.
-    spec = SquatterSpec("cuda", f"cuda:{DEVICE}", nbytes, uuid.uuid4().hex[:12], log_dir / "squatter.log",
-                        max_fraction=FRACTION + 0.01)  # fmt: skip
+    spec = SquatterSpec(
+        "cuda",
+        f"cuda:{DEVICE}",
+        nbytes,
+        uuid.uuid4().hex[:12],
+        log_dir / "squatter.log",
+        max_fraction=FRACTION + 0.01,
+    )
     pid = start_squatter(spec)
     try:
         ready = wait_ready(pid, spec.log_path, timeout_s=120)
@@ -83,8 +91,10 @@ def check(nvml: Nvml, log_dir: Path) -> bool:
     after = _wait_used_back(nvml, before.memory.used_bytes + nbytes // 100, timeout_s=30)
     _show("after release", after)
     returned = during.memory.used_bytes - after.memory.used_bytes
-    print(f"  squatter {ended[0] if ended else 'already gone'}; memory returned: {returned} bytes; "
-          f"used now {after.memory.used_bytes - before.memory.used_bytes:+d} bytes against before")  # fmt: skip
+    print(
+        f"  squatter {ended[0] if ended else 'already gone'}; memory returned: {returned} bytes; "
+        f"used now {after.memory.used_bytes - before.memory.used_bytes:+d} bytes against before"
+    )
     seen = rise >= TOLERANCE * ready.allocated_bytes and listed
     back = after.memory.used_bytes <= before.memory.used_bytes + nbytes // 100 and pid not in after.pids
     print(f"result: squat observed by NVML: {seen}; memory returned: {back}")

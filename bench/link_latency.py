@@ -89,8 +89,9 @@ def added_ms(
 ) -> list[float]:
     """What ``degradation`` adds to each of ``samples`` round trips, reverted afterwards."""
     handle_id = f"bench-{uuid.uuid4().hex[:8]}"
-    applied = apply_link_degradation(plan.namespace(0), handle_id, degradation, logs / f"{handle_id}.log",
-                                     dict(os.environ))  # fmt: skip
+    applied = apply_link_degradation(
+        plan.namespace(0), handle_id, degradation, logs / f"{handle_id}.log", dict(os.environ)
+    )
     try:
         return [rtt - baseline for rtt in connect_rtts_ms(plan, samples)]
     finally:
@@ -129,8 +130,10 @@ def main() -> None:
             print(f"{'200 ± 50 ms':>12} {'p5':>7} {'median':>7} {'p95':>7} {'stdev':>7} {'asked stdev':>12}")
             for jitter, asked_stdev in ((Jitter.UNIFORM, 50 / math.sqrt(3)), (Jitter.NORMAL, 50.0)):
                 added = added_ms(plan, LinkDegradation(200, 50, jitter=jitter), args.samples, baseline, logs)
-                print(f"{jitter.value:>12} {p(added, 5):>7.1f} {statistics.median(added):>7.1f} "
-                      f"{p(added, 95):>7.1f} {statistics.stdev(added):>7.1f} {asked_stdev:>12.1f}")  # fmt: skip
+                print(
+                    f"{jitter.value:>12} {p(added, 5):>7.1f} {statistics.median(added):>7.1f} "
+                    f"{p(added, 95):>7.1f} {statistics.stdev(added):>7.1f} {asked_stdev:>12.1f}"
+                )
     finally:
         run_commands(plan.down_commands(), tolerate_gone=True)
 

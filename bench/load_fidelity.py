@@ -248,12 +248,37 @@ def run_locust(
     """Our Locust ``user`` users, closed loop at ``concurrency``, for ``duration_s`` seconds."""
     prefix = folder / "locust"
     argv = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-        "--host", target.url, "--csv", str(prefix), "--load-profile", "steady",
-        "-u", str(concurrency), "-r", str(spawn_rate), "-t", f"{duration_s}s", "--model", target.model,
-        "--chat-max-tokens", str(output_tokens), "--long-max-tokens", str(output_tokens),
-        "--max-tokens-range-ratio", str(range_ratio), "--ignore-eos", "--no-think-time", USER_CLASSES[user],
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--only-summary",
+        "--host",
+        target.url,
+        "--csv",
+        str(prefix),
+        "--load-profile",
+        "steady",
+        "-u",
+        str(concurrency),
+        "-r",
+        str(spawn_rate),
+        "-t",
+        f"{duration_s}s",
+        "--model",
+        target.model,
+        "--chat-max-tokens",
+        str(output_tokens),
+        "--long-max-tokens",
+        str(output_tokens),
+        "--max-tokens-range-ratio",
+        str(range_ratio),
+        "--ignore-eos",
+        "--no-think-time",
+        USER_CLASSES[user],
+    ]
     cpu, wall = _timed("locust", argv, folder / "locust.log")
     with open(f"{prefix}_stats.csv", newline="") as f:
         rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
@@ -288,16 +313,48 @@ def run_vllm_bench(
     ``trust_env=False`` runs it without the per-request .netrc lookup (see VLLM_BENCH_NO_NETRC).
     """
     argv = [
-        sys.executable, "-c", VLLM_BENCH if trust_env else VLLM_BENCH_NO_NETRC, "--backend", "openai", "--base-url", target.url,
-        "--endpoint", "/v1/completions", "--model", target.model, "--tokenizer", target.tokenizer,
-        "--dataset-name", "random", "--random-input-len", str(input_tokens),
-        "--random-output-len", str(output_tokens),
-        "--random-range-ratio", json.dumps({"input": 0.0, "output": range_ratio}),
-        "--ignore-eos", "--num-prompts", str(requests),
-        "--max-concurrency", str(concurrency), "--request-rate", "inf", "--num-warmups", "0",
-        "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,95", "--disable-tqdm",
-        "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", "vllm.json",
-    ]  # fmt: skip
+        sys.executable,
+        "-c",
+        VLLM_BENCH if trust_env else VLLM_BENCH_NO_NETRC,
+        "--backend",
+        "openai",
+        "--base-url",
+        target.url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        target.model,
+        "--tokenizer",
+        target.tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_tokens),
+        "--random-output-len",
+        str(output_tokens),
+        "--random-range-ratio",
+        json.dumps({"input": 0.0, "output": range_ratio}),
+        "--ignore-eos",
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--num-warmups",
+        "0",
+        "--percentile-metrics",
+        "ttft,itl,e2el",
+        "--metric-percentiles",
+        "50,95",
+        "--disable-tqdm",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(folder),
+        "--result-filename",
+        "vllm.json",
+    ]
     cpu, wall = _timed("vllm bench serve", argv, folder / "vllm_bench.log")
     try:
         result = json.loads((folder / "vllm.json").read_text())
@@ -334,27 +391,42 @@ def main() -> None:
     """Measure both clients in interleaved rounds and print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4, help="Streams in flight, for both clients.")
-    parser.add_argument("--duration", type=int, default=60,
-                        help="Seconds of Locust load per round (~1,500 requests at the defaults).")  # fmt: skip
+    parser.add_argument(
+        "--duration",
+        type=int,
+        default=60,
+        help="Seconds of Locust load per round (~1,500 requests at the defaults).",
+    )
     parser.add_argument(
         "--rounds", type=int, default=5, help="Rounds, each: our Locust users, then vLLM's client."
     )
-    parser.add_argument("--user", choices=sorted(USER_CLASSES), default="chat",
-                        help="Which locustfile user: short chat prompts (default) or long-context ones.")  # fmt: skip
+    parser.add_argument(
+        "--user",
+        choices=sorted(USER_CLASSES),
+        default="chat",
+        help="Which locustfile user: short chat prompts (default) or long-context ones.",
+    )
     parser.add_argument("--output-tokens", type=int, default=16, help="Mean tokens generated per request.")
     parser.add_argument(
-        "--range-ratio", type=float, default=0.5,
+        "--range-ratio",
+        type=float,
+        default=0.5,
         help="Output lengths are uniform in --output-tokens x [1 - r, 1 + r], for both clients "
-             "(0: all equal, which lets closed-loop streams fall into lockstep by chance).",
-    )  # fmt: skip
+        "(0: all equal, which lets closed-loop streams fall into lockstep by chance).",
+    )
     parser.add_argument(
-        "--spawn-rate", type=float, default=0.0,
+        "--spawn-rate",
+        type=float,
+        default=0.0,
         help="Locust users started per second (default: all at once, as vllm bench serve sends its "
-             "first --max-concurrency requests together).",
-    )  # fmt: skip
+        "first --max-concurrency requests together).",
+    )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--env", action="store_true",
-                       help="Measure the running local environment's first healthy replica instead.")  # fmt: skip
+    where.add_argument(
+        "--env",
+        action="store_true",
+        help="Measure the running local environment's first healthy replica instead.",
+    )
     where.add_argument("--url", default="", help="Measure this OpenAI-compatible vLLM server instead.")
     parser.add_argument("--model", default="", help="Served model name (with --url).")
     parser.add_argument(
@@ -362,9 +434,13 @@ def main() -> None:
     )
     parser.add_argument("--keep", type=Path, default=None, help="Keep the clients' logs and CSVs here.")
     args = parser.parse_args()
-    for knob, ok in (("--concurrency", args.concurrency >= 1), ("--duration", args.duration >= 5),
-                     ("--rounds", args.rounds >= 1), ("--output-tokens", args.output_tokens >= 1),
-                     ("--range-ratio", 0.0 <= args.range_ratio < 1.0)):  # fmt: skip
+    for knob, ok in (
+        ("--concurrency", args.concurrency >= 1),
+        ("--duration", args.duration >= 5),
+        ("--rounds", args.rounds >= 1),
+        ("--output-tokens", args.output_tokens >= 1),
+        ("--range-ratio", 0.0 <= args.range_ratio < 1.0),
+    ):
         if not ok:
             parser.error(f"{knob} {getattr(args, knob[2:].replace('-', '_'))} is out of range")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -382,9 +458,19 @@ def measure(args: argparse.Namespace, target: Target, folder: Path) -> None:
     """The interleaved rounds against ``target``, then the table."""
     prompts = user_prompts(args.user, LONG_PROMPT_WORDS)
     input_tokens = prompt_tokens(target, prompts)
-    logger.info("measuring %s (%s), %s user, concurrency %d, %d prompt tokens, %d output tokens (range ratio "
-                "%g), %d rounds; files in %s", target.url, target.model, args.user, args.concurrency, input_tokens,
-                args.output_tokens, args.range_ratio, args.rounds, folder)  # fmt: skip
+    logger.info(
+        "measuring %s (%s), %s user, concurrency %d, %d prompt tokens, %d output tokens (range ratio "
+        "%g), %d rounds; files in %s",
+        target.url,
+        target.model,
+        args.user,
+        args.concurrency,
+        input_tokens,
+        args.output_tokens,
+        args.range_ratio,
+        args.rounds,
+        folder,
+    )
     spawn_rate = args.spawn_rate or 1000.0 * args.concurrency
 
     def part(name: str) -> Path:
@@ -393,12 +479,28 @@ def measure(args: argparse.Namespace, target: Target, folder: Path) -> None:
         return path
 
     def locust(name: str, duration_s: int) -> ClientRun:
-        return run_locust(target, args.user, args.concurrency, duration_s, args.output_tokens, args.range_ratio,
-                          part(name), spawn_rate)  # fmt: skip
+        return run_locust(
+            target,
+            args.user,
+            args.concurrency,
+            duration_s,
+            args.output_tokens,
+            args.range_ratio,
+            part(name),
+            spawn_rate,
+        )
 
     def vllm_bench(name: str, requests: int, trust_env: bool = True) -> ClientRun:
-        return run_vllm_bench(target, args.concurrency, requests, input_tokens, args.output_tokens, args.range_ratio,
-                              part(name), trust_env)  # fmt: skip
+        return run_vllm_bench(
+            target,
+            args.concurrency,
+            requests,
+            input_tokens,
+            args.output_tokens,
+            args.range_ratio,
+            part(name),
+            trust_env,
+        )
 
     rounds = []
     for index in range(args.rounds):
@@ -406,9 +508,17 @@ def measure(args: argparse.Namespace, target: Target, folder: Path) -> None:
         theirs = refereed(partial(vllm_bench, f"vllm-{index}", ours.requests), target)
         direct = refereed(partial(vllm_bench, f"vllm-no-netrc-{index}", ours.requests, False), target)
         rounds.append(Round(ours, theirs, direct))
-        logger.info("round %d: TTFT p50 %.4f / %.4f / %.4f s, p95 %.4f / %.4f / %.4f s (ours / vllm / vllm "
-                    "without .netrc lookup)", index + 1, ours.ttft_p50_s, theirs.ttft_p50_s, direct.ttft_p50_s,
-                    ours.ttft_p95_s, theirs.ttft_p95_s, direct.ttft_p95_s)  # fmt: skip
+        logger.info(
+            "round %d: TTFT p50 %.4f / %.4f / %.4f s, p95 %.4f / %.4f / %.4f s (ours / vllm / vllm "
+            "without .netrc lookup)",
+            index + 1,
+            ours.ttft_p50_s,
+            theirs.ttft_p50_s,
+            direct.ttft_p50_s,
+            ours.ttft_p95_s,
+            theirs.ttft_p95_s,
+            direct.ttft_p95_s,
+        )
     # Start-up cost (imports) of each client, taken out of the marginal CPU figure.
     ours_small = locust("locust-small", 3)
     theirs_small = vllm_bench("vllm-small", max(1, ours_small.requests))
@@ -424,11 +534,15 @@ def report(
     theirs_small: ClientRun,
 ) -> None:
     """The table of every round, the median ratios and the client CPU per 1,000 requests."""
-    print(f"\nload fidelity against {target.url} ({target.model}), {args.user} user, concurrency "
-          f"{args.concurrency}, {input_tokens} prompt tokens, {args.output_tokens} output tokens "
-          f"(range ratio {args.range_ratio:g})")  # fmt: skip
-    print(f"{'round':<7}{'client':<26}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
-          f"{'server p50':>12}{'server p95':>12}{'ours/this p50':>15}{'p95':>7}")  # fmt: skip
+    print(
+        f"\nload fidelity against {target.url} ({target.model}), {args.user} user, concurrency "
+        f"{args.concurrency}, {input_tokens} prompt tokens, {args.output_tokens} output tokens "
+        f"(range ratio {args.range_ratio:g})"
+    )
+    print(
+        f"{'round':<7}{'client':<26}{'requests':>9}{'failed':>8}{'TTFT p50':>11}{'TTFT p95':>11}"
+        f"{'server p50':>12}{'server p95':>12}{'ours/this p50':>15}{'p95':>7}"
+    )
     clients = (
         ("locust (ours)", "ours"),
         ("vllm bench serve", "theirs"),
@@ -437,16 +551,26 @@ def report(
     for index, r in enumerate(rounds, 1):
         for name, field in clients:
             run: ClientRun = getattr(r, field)
-            ratios = "" if run is r.ours else (f"{_ratio(r.ours.ttft_p50_s, run.ttft_p50_s):>15.2f}"
-                                               f"{_ratio(r.ours.ttft_p95_s, run.ttft_p95_s):>7.2f}")  # fmt: skip
-            print(f"{index:<7}{name:<26}{run.requests:>9}{run.failed:>8}{run.ttft_p50_s:>10.3f}s"
-                  f"{run.ttft_p95_s:>10.3f}s{_seconds(run.server_p50_s):>12}{_seconds(run.server_p95_s):>12}"
-                  f"{ratios}")  # fmt: skip
+            ratios = (
+                ""
+                if run is r.ours
+                else (
+                    f"{_ratio(r.ours.ttft_p50_s, run.ttft_p50_s):>15.2f}"
+                    f"{_ratio(r.ours.ttft_p95_s, run.ttft_p95_s):>7.2f}"
+                )
+            )
+            print(
+                f"{index:<7}{name:<26}{run.requests:>9}{run.failed:>8}{run.ttft_p50_s:>10.3f}s"
+                f"{run.ttft_p95_s:>10.3f}s{_seconds(run.server_p50_s):>12}{_seconds(run.server_p95_s):>12}"
+                f"{ratios}"
+            )
     for name, field in clients[1:]:
         p50 = statistics.median(_ratio(r.ours.ttft_p50_s, getattr(r, field).ttft_p50_s) for r in rounds)
         p95 = statistics.median(_ratio(r.ours.ttft_p95_s, getattr(r, field).ttft_p95_s) for r in rounds)
-        print(f"TTFT ratio ours / {name.strip()}, median of {len(rounds)} rounds: p50 {p50:.2f}, p95 {p95:.2f}"
-              "  (target 0.90-1.10)")  # fmt: skip
+        print(
+            f"TTFT ratio ours / {name.strip()}, median of {len(rounds)} rounds: p50 {p50:.2f}, p95 {p95:.2f}"
+            "  (target 0.90-1.10)"
+        )
     # Each round started each client once: take out one start-up per round.
     n = len(rounds)
     for name, full, small in (

@@ -55,8 +55,13 @@ async def _sample(env: Any, ticks: int, interval_s: float, on_tick: Any = None) 
         if on_tick is not None:
             on_tick(tick)
 
-    sampler = Sampler(probes, Timeline(), interval_s, on_tick=record,
-                      timeouts={p.name: interval_s for p in probes if p.name == "ray"})  # fmt: skip
+    sampler = Sampler(
+        probes,
+        Timeline(),
+        interval_s,
+        on_tick=record,
+        timeouts={p.name: interval_s for p in probes if p.name == "ray"},
+    )
     await canary.start(phase_between_ticks(canary.config.rate_per_s, interval_s))
     cpu0, wall0 = _cpu_s(), time.monotonic()
     await sampler.run(max_ticks=ticks)
@@ -109,10 +114,18 @@ def _wait_registered(actors: int, groups: int, timeout_s: float = 120.0) -> None
     from ray.util.state import list_actors, list_placement_groups
 
     def registered() -> bool:
-        listed = len(list_actors(filters=[("ray_namespace", "=", "inferchaos-bench")], limit=actors + 100,
-                                 raise_on_missing_output=False))  # fmt: skip
-        pending = len(list_placement_groups(filters=[("state", "=", "PENDING")], limit=groups + 100,
-                                            raise_on_missing_output=False))  # fmt: skip
+        listed = len(
+            list_actors(
+                filters=[("ray_namespace", "=", "inferchaos-bench")],
+                limit=actors + 100,
+                raise_on_missing_output=False,
+            )
+        )
+        pending = len(
+            list_placement_groups(
+                filters=[("state", "=", "PENDING")], limit=groups + 100, raise_on_missing_output=False
+            )
+        )
         print(f"  GCS lists {listed}/{actors} bench actors, {pending}/{groups} pending groups", flush=True)
         return listed >= actors and pending >= groups
 

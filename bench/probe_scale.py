@@ -181,8 +181,10 @@ def _wait_scraped(url: str, count: int, budget_s: float, selector: PromVllmSelec
                 f"Prometheus scraped {up} and recorded {done} of {count} stand-ins within {budget_s:.0f} s"
             )
         if time.monotonic() - said >= 10.0:
-            print(f"  waiting for Prometheus to scrape and record {count} stand-ins: {up} up, {done} recorded",
-                  flush=True)  # fmt: skip
+            print(
+                f"  waiting for Prometheus to scrape and record {count} stand-ins: {up} up, {done} recorded",
+                flush=True,
+            )
             said = time.monotonic()
         time.sleep(1.0)
 
@@ -263,8 +265,9 @@ def _backfilled_prometheus(
         check=True,
     )
     source.unlink()
-    print(f"  backfilled {count} replicas ({lines:,} samples) in {time.monotonic() - started:.1f} s",
-          flush=True)  # fmt: skip
+    print(
+        f"  backfilled {count} replicas ({lines:,} samples) in {time.monotonic() - started:.1f} s", flush=True
+    )
     record = start_prometheus(
         free_port(), folder, dict(os.environ), folder / "logs", timeout_s=120.0, interval_s=interval_s
     )
@@ -306,9 +309,15 @@ async def _measure(
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
         direct = [
-            VllmProbe(name, f"http://127.0.0.1:{port}/r/{n}/metrics", f"http://127.0.0.1:{port}/r/{n}/health", client=client, timeout_s=120.0)
+            VllmProbe(
+                name,
+                f"http://127.0.0.1:{port}/r/{n}/metrics",
+                f"http://127.0.0.1:{port}/r/{n}/health",
+                client=client,
+                timeout_s=120.0,
+            )
             for n, name in enumerate(names)
-        ]  # fmt: skip
+        ]
         # Each mode said outright: a source left to ask Prometheus' rules API would time that
         # request too, once.
         source = PrometheusVllmSource(
@@ -319,9 +328,12 @@ async def _measure(
         )
         named = _NAMED & set(names)
         focusing = PrometheusVllmSource(
-            prom_url, replace(selector, recorded=True), client=client, timeout_s=120.0,
+            prom_url,
+            replace(selector, recorded=True),
+            client=client,
+            timeout_s=120.0,
             focus=Focus(named),
-        )  # fmt: skip
+        )
         focused: list[Probe] = [PrometheusVllmProbe(name, focusing) for name in sorted(named)]
         focused.append(PrometheusVllmOutliersProbe(focusing, named))
         through = [PrometheusVllmProbe(name, source) for name in names]
@@ -351,11 +363,18 @@ def main() -> None:
     parser.add_argument("--counts", default="2,50,200,1000", help="replica counts, comma-separated")
     parser.add_argument("--ticks", type=int, default=5, help="ticks measured per count and method")
     parser.add_argument("--scrape-interval", type=float, default=5.0, help="Prometheus' scrape interval, s")
-    parser.add_argument("--published", choices=("full", "kept"), default="full",
-                        help="what each stand-in publishes: the whole recorded text, or only the series the probes read")  # fmt: skip
-    parser.add_argument("--backfill", action="store_true",
-                        help="query a Prometheus whose TSDB promtool filled with every replica's series, "
-                             "instead of one scraping every stand-in (the query side alone)")  # fmt: skip
+    parser.add_argument(
+        "--published",
+        choices=("full", "kept"),
+        default="full",
+        help="what each stand-in publishes: the whole recorded text, or only the series the probes read",
+    )
+    parser.add_argument(
+        "--backfill",
+        action="store_true",
+        help="query a Prometheus whose TSDB promtool filled with every replica's series, "
+        "instead of one scraping every stand-in (the query side alone)",
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     # A `timeout` or Ctrl-C must still end the Prometheus and the stand-ins this bench started.
@@ -382,11 +401,16 @@ def main() -> None:
                 write_targets(targets_dir, HEALTH_JOB, _targets(port, 1, "health"))
                 _wait_scraped(record.url, 1, 30.0 + 3 * args.scrape_interval, selector)
                 template = _template(record.url, selector)
-                print(f"backfilled replicas copy the {len(template)} series a tick reads of one scraped "
-                      "stand-in; computed quantiles not measured", flush=True)  # fmt: skip
-            print(f"{'replicas':>8}  {'direct median':>13}  {'direct max':>10}  {'prometheus median':>17}  "
-                  f"{'prometheus max':>14}  {'direct / prometheus':>19}  {'computed median':>15}  "
-                  f"{'computed max':>12}  {'focused median':>14}  {'focused max':>11}")  # fmt: skip
+                print(
+                    f"backfilled replicas copy the {len(template)} series a tick reads of one scraped "
+                    "stand-in; computed quantiles not measured",
+                    flush=True,
+                )
+            print(
+                f"{'replicas':>8}  {'direct median':>13}  {'direct max':>10}  {'prometheus median':>17}  "
+                f"{'prometheus max':>14}  {'direct / prometheus':>19}  {'computed median':>15}  "
+                f"{'computed max':>12}  {'focused median':>14}  {'focused max':>11}"
+            )
             for count in counts:
                 if args.backfill:
                     prom_url, prom_pid = _backfilled_prometheus(
@@ -413,15 +437,20 @@ def main() -> None:
                     else f"{'-':>15}  {'-':>12}"
                 )
                 f = statistics.median(measured.focused)
-                print(f"{count:>8}  {d:>10.1f} ms  {max(measured.direct):>7.1f} ms  {t:>14.1f} ms  "
-                      f"{max(measured.through):>11.1f} ms  {d / t:>18.1f}x  {computed}  "
-                      f"{f:>11.1f} ms  {max(measured.focused):>8.1f} ms", flush=True)  # fmt: skip
+                print(
+                    f"{count:>8}  {d:>10.1f} ms  {max(measured.direct):>7.1f} ms  {t:>14.1f} ms  "
+                    f"{max(measured.through):>11.1f} ms  {d / t:>18.1f}x  {computed}  "
+                    f"{f:>11.1f} ms  {max(measured.focused):>8.1f} ms",
+                    flush=True,
+                )
         finally:
             _end(record.pid)
             server.terminate()
             server.join(timeout=10)
-    print("target: through Prometheus <= 250 ms at 1,000 replicas, flat in the replica count "
-          f"(focused: above {EVERY_REPLICA_UP_TO} replicas a run reads in focus)")  # fmt: skip
+    print(
+        "target: through Prometheus <= 250 ms at 1,000 replicas, flat in the replica count "
+        f"(focused: above {EVERY_REPLICA_UP_TO} replicas a run reads in focus)"
+    )
 
 
 if __name__ == "__main__":

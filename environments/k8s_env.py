@@ -116,8 +116,14 @@ class K8sEnvironment:
                     token = Path(kube.token_file).expanduser().read_text().strip()
                 except OSError as e:
                     raise ConfigError(f"kube.token_file: cannot read {kube.token_file}: {e}") from e
-            return connect_url(kube.api_url, kube.context, allow, token=token,
-                               runtime=self.config.container_runtime, ca_file=kube.ca_file)  # fmt: skip
+            return connect_url(
+                kube.api_url,
+                kube.context,
+                allow,
+                token=token,
+                runtime=self.config.container_runtime,
+                ca_file=kube.ca_file,
+            )
         config_file = str(Path(kube.kubeconfig).expanduser()) if kube.kubeconfig else None
         return connect_kubeconfig(
             kube.context, allow, runtime=self.config.container_runtime, config_file=config_file
@@ -234,7 +240,7 @@ class K8sEnvironment:
                     node_id=(pod.spec.node_name if pod.spec else None) or "",
                     healthy=ready and _answers(f"{url}/health"),
                     state=str(status.phase),
-                )  # fmt: skip
+                )
             )
         return replicas
 
@@ -270,7 +276,7 @@ class K8sEnvironment:
             model=ModelStatus(
                 name=self.config.vllm.model,
                 max_model_len=int(max_model_len or self.config.vllm.max_model_len or 0),
-            ),  # fmt: skip
+            ),
             prometheus=self._prometheus(),
         )
 

@@ -69,11 +69,31 @@ def timeline_svg(run: RunRecord, detections: Sequence[SignalDetection]) -> Raw:
     reverted = run.phases.reverted
     if origin is not None and reverted is not None:
         x = x_of(reverted - origin)
-        parts.append(tag("line", "", x1=f"{x:.1f}", x2=f"{x:.1f}", y1=TOP - 8, y2=height - 22,
-                         stroke=REVERT_COLOUR, stroke_dasharray="4 3"))  # fmt: skip
+        parts.append(
+            tag(
+                "line",
+                "",
+                x1=f"{x:.1f}",
+                x2=f"{x:.1f}",
+                y1=TOP - 8,
+                y2=height - 22,
+                stroke=REVERT_COLOUR,
+                stroke_dasharray="4 3",
+            )
+        )
         parts.append(_text(x + 3, TOP - 10, "reverted", fill=REVERT_COLOUR))
-    parts.append(tag("line", "", x1=LABEL_W, x2=LABEL_W, y1=TOP - 8, y2=height - 22, stroke=NOTICED_COLOUR,
-                     stroke_dasharray="4 3"))  # fmt: skip
+    parts.append(
+        tag(
+            "line",
+            "",
+            x1=LABEL_W,
+            x2=LABEL_W,
+            y1=TOP - 8,
+            y2=height - 22,
+            stroke=NOTICED_COLOUR,
+            stroke_dasharray="4 3",
+        )
+    )
     parts.append(_text(LABEL_W + 3, TOP - 10, "injected", fill=NOTICED_COLOUR))
     for index, (layer, signals) in enumerate(layers.items()):
         y = TOP + ROW_H * index + ROW_H / 2
@@ -89,8 +109,9 @@ def timeline_svg(run: RunRecord, detections: Sequence[SignalDetection]) -> Raw:
                 continue
             x = x_of(d.noticed_after_s)
             title = f"{signal_title(d.signal)} noticed after {d.noticed_after_s:.2f} s: {d.detail}"
-            row.append(tag("circle", tag("title", title), cx=f"{x:.1f}", cy=f"{y:.1f}", r=5,
-                           fill=NOTICED_COLOUR))  # fmt: skip
+            row.append(
+                tag("circle", tag("title", title), cx=f"{x:.1f}", cy=f"{y:.1f}", r=5, fill=NOTICED_COLOUR)
+            )
             row.append(_text(x + 7, y - 5, f"{signal_title(d.signal)} {d.noticed_after_s:.1f} s"))
         if never:
             words = (
@@ -102,10 +123,17 @@ def timeline_svg(run: RunRecord, detections: Sequence[SignalDetection]) -> Raw:
     parts.append(_text(LABEL_W, axis_y, "0 s", fill="#6b7280"))
     parts.append(_text(LABEL_W + plot_w - 40, axis_y, f"{span:.0f} s", fill="#6b7280"))
     return tag(
-        "svg", join(parts), xmlns="http://www.w3.org/2000/svg", width=WIDTH, height=height,
-        viewBox=f"0 0 {WIDTH} {height}", font_size="12", font_family="system-ui, sans-serif",
-        id="detection-timeline", role="img",
-    )  # fmt: skip
+        "svg",
+        join(parts),
+        xmlns="http://www.w3.org/2000/svg",
+        width=WIDTH,
+        height=height,
+        viewBox=f"0 0 {WIDTH} {height}",
+        font_size="12",
+        font_family="system-ui, sans-serif",
+        id="detection-timeline",
+        role="img",
+    )
 
 
 def _when(d: SignalDetection) -> str:
@@ -134,11 +162,22 @@ def detection_section(run: RunRecord) -> Raw:
         body: object = tag("p", why, cls="muted")
     else:
         rows = [(d.layer, signal_title(d.signal), _when(d), fmt.epoch(d.at), _saw(d)) for d in detections]
-        body = join([
-            tag("p", "Counted from the injection. Red dots: when each signal first noticed; "
-                "a signal that never noticed within the run says so on its row.", cls="muted"),
-            tag("figure", timeline_svg(run, detections), cls="plot"),
-            table(["layer", "signal", "noticed after", "at", "what it saw"], rows, numeric=(2,), times=(3,),
-                  id="detection-table"),
-        ])  # fmt: skip
+        body = join(
+            [
+                tag(
+                    "p",
+                    "Counted from the injection. Red dots: when each signal first noticed; "
+                    "a signal that never noticed within the run says so on its row.",
+                    cls="muted",
+                ),
+                tag("figure", timeline_svg(run, detections), cls="plot"),
+                table(
+                    ["layer", "signal", "noticed after", "at", "what it saw"],
+                    rows,
+                    numeric=(2,),
+                    times=(3,),
+                    id="detection-table",
+                ),
+            ]
+        )
     return tag("section", join([tag("h2", "Who noticed, and when"), body]), id="detection")

@@ -124,8 +124,18 @@ def _folder(day_dir: Path, run_dir: Path | None) -> str | None:
 def _run_summary(day_dir: Path, entry: DayEntry) -> RunSummary:
     run = entry.run
     if entry.record is None:
-        return RunSummary(run.experiment, None, None, entry.problem, run.exit_code, None, None, None, None,
-                          _folder(day_dir, run.run_dir))  # fmt: skip
+        return RunSummary(
+            run.experiment,
+            None,
+            None,
+            entry.problem,
+            run.exit_code,
+            None,
+            None,
+            None,
+            None,
+            _folder(day_dir, run.run_dir),
+        )
     v = entry.record.verdict
     control = (
         ControlSummary(v.control.of, v.control.result, v.control.proven, v.control.message)

@@ -21,18 +21,25 @@ def _banner(run: RunRecord) -> Raw:
     v = run.verdict
     return tag(
         "header",
-        join([
-            tag("p", join([tag("span", v.status.value, cls="status"), f"  {v.experiment} on {v.env}"])),
-            tag("h1", v.title),
-            tag("p", v.reason, cls="reason"),
-            tag("p", f"{fmt.control_line(v.control)} (broken on purpose: {v.control.breaks})", cls="control")
-            if v.control else "",
-            tag("p", f"duration {v.duration_s:.1f} s, started {fmt.epoch(v.started_at)}"),
-        ]),
+        join(
+            [
+                tag("p", join([tag("span", v.status.value, cls="status"), f"  {v.experiment} on {v.env}"])),
+                tag("h1", v.title),
+                tag("p", v.reason, cls="reason"),
+                tag(
+                    "p",
+                    f"{fmt.control_line(v.control)} (broken on purpose: {v.control.breaks})",
+                    cls="control",
+                )
+                if v.control
+                else "",
+                tag("p", f"duration {v.duration_s:.1f} s, started {fmt.epoch(v.started_at)}"),
+            ]
+        ),
         id="verdict",
         cls=f"banner status-{v.status.value}",
         style=f"background: {STATUS_COLOURS[v.status]}",
-    )  # fmt: skip
+    )
 
 
 def _layers(run: RunRecord) -> Raw:
@@ -50,15 +57,26 @@ def _slos(run: RunRecord) -> Raw:
         if not slos:
             continue
         rows = [
-            (s.name, s.layer, fmt.observed_in(run, s), fmt.threshold(s), state(fmt.slo_state(run, s).value),
-             "-" if s.samples is None else s.samples, s.reason)
+            (
+                s.name,
+                s.layer,
+                fmt.observed_in(run, s),
+                fmt.threshold(s),
+                state(fmt.slo_state(run, s).value),
+                "-" if s.samples is None else s.samples,
+                s.reason,
+            )
             for s in slos
-        ]  # fmt: skip
+        ]
         parts.append(tag("h3", f"{phase.value} phase"))
         parts.append(
-            table(["SLO", "layer", "observed", "threshold", "result", "samples", "note"], rows,
-                  numeric=(2, 5), id=f"slos-{phase.value}")
-        )  # fmt: skip
+            table(
+                ["SLO", "layer", "observed", "threshold", "result", "samples", "note"],
+                rows,
+                numeric=(2, 5),
+                id=f"slos-{phase.value}",
+            )
+        )
     if not parts:
         parts.append(tag("p", "This run declared no SLO.", cls="muted"))
     censored = fmt.censored_summary(run)
@@ -87,8 +105,9 @@ def _evidence_rows(evidence: Mapping[str, object]) -> list[tuple[str, object]]:
 def _triage(run: RunRecord) -> Raw:
     triage = run.verdict.triage
     if triage.layer is None:
-        return _section("triage", "Triage", tag("p", "Nothing was breached, so there was nothing to triage.",
-                                                cls="muted"))  # fmt: skip
+        return _section(
+            "triage", "Triage", tag("p", "Nothing was breached, so there was nothing to triage.", cls="muted")
+        )
     pairs: list[tuple[str, object]] = [("layer", tag("strong", triage.layer)), ("reason", triage.reason)]
     evidence = dict(triage.evidence)
     also = evidence.pop("also", None)
@@ -139,7 +158,7 @@ def _fault(run: RunRecord) -> Raw:
         ("reverted", fmt.epoch(fault.reverted_at)),
         ("effect observed", _effect(run)),
         ("evidence", reason if reason is not None else "-"),
-    ]  # fmt: skip
+    ]
     parts: list[object] = [definitions(pairs, id="fault-summary")]
     if isinstance(symptoms, Mapping) and symptoms:
         parts += [tag("h3", "Symptoms"), definitions(_evidence_rows(symptoms), id="fault-symptoms")]
@@ -152,8 +171,10 @@ def _fault(run: RunRecord) -> Raw:
 
 def _extras(run: RunRecord) -> Raw:
     parts: list[object] = []
-    for key, title, value in (("stop-condition", "Stop condition", run.verdict.stop_condition),
-                              ("load", "Load", run.verdict.load)):  # fmt: skip
+    for key, title, value in (
+        ("stop-condition", "Stop condition", run.verdict.stop_condition),
+        ("load", "Load", run.verdict.load),
+    ):
         if value:
             parts.append(_section(key, title, definitions(_evidence_rows(value))))
     return join(parts)
@@ -164,8 +185,14 @@ def _plot(plot: Plot) -> Raw:
         body = tag("p", f"no data: no samples of {', '.join(plot.probes)} in this run", cls="nodata")
     else:
         body = Raw(plot.svg)
-    return tag("figure", join([tag("figcaption", plot.title), body]), id=plot.id, cls="plot",
-               data_probes=" ".join(plot.probes), data_has_data="yes" if plot.svg else "no")  # fmt: skip
+    return tag(
+        "figure",
+        join([tag("figcaption", plot.title), body]),
+        id=plot.id,
+        cls="plot",
+        data_probes=" ".join(plot.probes),
+        data_has_data="yes" if plot.svg else "no",
+    )
 
 
 def _plots(plots: Sequence[Plot]) -> Raw:
@@ -193,8 +220,13 @@ def _errors(run: RunRecord) -> Raw:
     if not errors:
         return _section("errors", "Probe errors", tag("p", "No probe read failed.", cls="muted"))
     rows = [(e.probe, e.count, fmt.epoch(e.first_t), fmt.epoch(e.last_t), e.last_error) for e in errors]
-    body = table(["probe", "failed reads", "first", "last", "last error"], rows, numeric=(1,), times=(2, 3),
-                 id="errors-table")  # fmt: skip
+    body = table(
+        ["probe", "failed reads", "first", "last", "last error"],
+        rows,
+        numeric=(1,),
+        times=(2, 3),
+        id="errors-table",
+    )
     return _section("errors", "Probe errors", body)
 
 
@@ -202,8 +234,9 @@ def _activities(activities: Iterable[ActivityRecord], table_id: str) -> Raw:
     rows = [(a.name, a.kind, a.provider or "-", a.status, a.start, f"{a.duration:.2f} s") for a in activities]
     if not rows:
         return tag("p", "none", cls="muted")
-    return table(["activity", "type", "provider", "status", "start", "duration"], rows, numeric=(5,),
-                 id=table_id)  # fmt: skip
+    return table(
+        ["activity", "type", "provider", "status", "start", "duration"], rows, numeric=(5,), id=table_id
+    )
 
 
 def _hypothesis(met: bool | None) -> str:
@@ -222,11 +255,15 @@ def _journal(run: RunRecord) -> Raw:
         ("platform", j.platform),
         ("start / end", f"{j.start} / {j.end}"),
     ]
-    body = join([
-        definitions(pairs),
-        tag("h3", "Method"), _activities(j.activities, "journal-run"),
-        tag("h3", "Rollbacks"), _activities(j.rollbacks, "journal-rollbacks"),
-    ])  # fmt: skip
+    body = join(
+        [
+            definitions(pairs),
+            tag("h3", "Method"),
+            _activities(j.activities, "journal-run"),
+            tag("h3", "Rollbacks"),
+            _activities(j.rollbacks, "journal-rollbacks"),
+        ]
+    )
     return _section("journal", "Journal", body)
 
 
@@ -241,10 +278,25 @@ def _section(section_id: str, title: str, body: object) -> Raw:
 def render_report(run: RunRecord, plots: Sequence[Plot], files: Sequence[str]) -> str:
     """The complete report.html of ``run`` with its rendered ``plots``; ``files`` lists the run folder."""
     v = run.verdict
-    body = join([
-        _banner(run), _layers(run), _slos(run), _timing(run), detection_section(run), _triage(run), _fault(run),
-        _extras(run),
-        _plots(plots), _errors(run), _journal(run), _files(files),
-        tag("footer", f"inferchaos report of {run.run_dir.name}, verdict.json schema {v.schema}", cls="muted"),
-    ])  # fmt: skip
+    body = join(
+        [
+            _banner(run),
+            _layers(run),
+            _slos(run),
+            _timing(run),
+            detection_section(run),
+            _triage(run),
+            _fault(run),
+            _extras(run),
+            _plots(plots),
+            _errors(run),
+            _journal(run),
+            _files(files),
+            tag(
+                "footer",
+                f"inferchaos report of {run.run_dir.name}, verdict.json schema {v.schema}",
+                cls="muted",
+            ),
+        ]
+    )
     return page(f"{v.status.value.upper()}: {v.title} ({v.experiment}, {v.env})", body)

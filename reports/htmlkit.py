@@ -87,8 +87,14 @@ def state(text: str) -> Raw:
     return tag("span", text, cls=f"state state-{text.lower().replace(' ', '-')}")
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, numeric: Sequence[int] = (),
-          times: Sequence[int] = (), **attrs: object) -> Raw:  # fmt: skip
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    numeric: Sequence[int] = (),
+    times: Sequence[int] = (),
+    **attrs: object,
+) -> Raw:
     """A table; columns whose index is in ``numeric`` are right-aligned, those in ``times`` never wrap."""
 
     def cls(index: int) -> str | None:

@@ -92,8 +92,10 @@ def sparkline(values: Sequence[float | None], width: int = 140, height: int = 28
     segments: list[list[str]] = []
     for i, value in enumerate(values):
         if value is None:
-            shapes.append(f'<line x1="{x(i):.1f}" y1="{height - 1}" x2="{x(i):.1f}" y2="{height - 5}" '
-                          'stroke="#b91c1c" stroke-width="2"/>')  # fmt: skip
+            shapes.append(
+                f'<line x1="{x(i):.1f}" y1="{height - 1}" x2="{x(i):.1f}" y2="{height - 5}" '
+                'stroke="#b91c1c" stroke-width="2"/>'
+            )
             segments.append(segment)
             segment = []
             continue
@@ -127,21 +129,38 @@ def _first_alert(run: IndexedRun) -> str:
 
 def _latest(latest: dict[str, IndexedRun]) -> Raw:
     rows = [
-        (name, state(run.verdict.status.value), run.verdict.title, run.verdict.env, fmt.epoch(run.verdict.started_at, ms=False),
-         fmt.seconds(run.verdict.timing.time_to_recover_s), _first_alert(run),
-         fmt.control_line(run.verdict.control) if run.verdict.control else run.verdict.reason, _link(run))
+        (
+            name,
+            state(run.verdict.status.value),
+            run.verdict.title,
+            run.verdict.env,
+            fmt.epoch(run.verdict.started_at, ms=False),
+            fmt.seconds(run.verdict.timing.time_to_recover_s),
+            _first_alert(run),
+            fmt.control_line(run.verdict.control) if run.verdict.control else run.verdict.reason,
+            _link(run),
+        )
         for name, run in latest.items()
-    ]  # fmt: skip
-    return table(["scenario", "status", "title", "env", "started", "TTR", "first alert", "reason", "run"], rows,
-                 numeric=(5,), times=(4,), id="latest-table")  # fmt: skip
+    ]
+    return table(
+        ["scenario", "status", "title", "env", "started", "TTR", "first alert", "reason", "run"],
+        rows,
+        numeric=(5,),
+        times=(4,),
+        id="latest-table",
+    )
 
 
 def _cells(runs: Sequence[IndexedRun]) -> Raw:
     cells = [
-        tag("span", r.verdict.status.value[0].upper(), style=f"background: {STATUS_COLOURS[r.verdict.status]}",
-            title=f"{r.verdict.status.value} {fmt.epoch(r.verdict.started_at)} {r.folder}")
+        tag(
+            "span",
+            r.verdict.status.value[0].upper(),
+            style=f"background: {STATUS_COLOURS[r.verdict.status]}",
+            title=f"{r.verdict.status.value} {fmt.epoch(r.verdict.started_at)} {r.folder}",
+        )
         for r in runs
-    ]  # fmt: skip
+    ]
     return tag("div", join(cells), cls="cells")
 
 
@@ -155,19 +174,36 @@ def _history(runs: Sequence[IndexedRun], scenarios: Sequence[str]) -> Raw:
         ttrs = [r.verdict.timing.time_to_recover_s for r in reversed(mine)]
         counted = f"{passed} of {len(mine) - skipped}" + (f" ({skipped} skipped)" if skipped else "")
         rows.append((name, _cells(mine), counted, sparkline(ttrs)))
-    return table(["scenario", "runs, newest first", "passed", "time to recover trend (oldest to newest)"], rows,
-                 id="history-table")  # fmt: skip
+    return table(
+        ["scenario", "runs, newest first", "passed", "time to recover trend (oldest to newest)"],
+        rows,
+        id="history-table",
+    )
 
 
 def _all_runs(runs: Sequence[IndexedRun]) -> Raw:
     rows = [
-        (fmt.day(r.verdict.started_at), fmt.epoch(r.verdict.started_at, ms=False), r.verdict.experiment, r.verdict.env,
-         state(r.verdict.status.value), fmt.seconds(r.verdict.timing.time_to_detect_s),
-         fmt.seconds(r.verdict.timing.time_to_recover_s), r.verdict.triage.layer or "-", r.verdict.reason, _link(r))
+        (
+            fmt.day(r.verdict.started_at),
+            fmt.epoch(r.verdict.started_at, ms=False),
+            r.verdict.experiment,
+            r.verdict.env,
+            state(r.verdict.status.value),
+            fmt.seconds(r.verdict.timing.time_to_detect_s),
+            fmt.seconds(r.verdict.timing.time_to_recover_s),
+            r.verdict.triage.layer or "-",
+            r.verdict.reason,
+            _link(r),
+        )
         for r in runs
-    ]  # fmt: skip
-    return table(["game day", "started", "scenario", "env", "status", "TTD", "TTR", "triage", "reason", "run"],
-                 rows, numeric=(5, 6), times=(0, 1), id="runs-table")  # fmt: skip
+    ]
+    return table(
+        ["game day", "started", "scenario", "env", "status", "TTD", "TTR", "triage", "reason", "run"],
+        rows,
+        numeric=(5, 6),
+        times=(0, 1),
+        id="runs-table",
+    )
 
 
 def render_index_html(
@@ -180,12 +216,20 @@ def render_index_html(
         parts.append(tag("p", "No run folder (a folder holding verdict.json) was found here.", cls="muted"))
     else:
         parts += [
-            tag("p", f"{len(runs)} run(s) of {len(latest)} scenario(s), from {fmt.epoch(runs[-1].verdict.started_at)} "
-                     f"to {fmt.epoch(runs[0].verdict.started_at)}.", cls="muted"),
+            tag(
+                "p",
+                f"{len(runs)} run(s) of {len(latest)} scenario(s), from {fmt.epoch(runs[-1].verdict.started_at)} "
+                f"to {fmt.epoch(runs[0].verdict.started_at)}.",
+                cls="muted",
+            ),
             tag("section", join([tag("h2", "Latest verdict per scenario"), _latest(latest)]), id="latest"),
-            tag("section", join([tag("h2", "History per scenario"), _history(runs, list(latest))]), id="history"),
+            tag(
+                "section",
+                join([tag("h2", "History per scenario"), _history(runs, list(latest))]),
+                id="history",
+            ),
             tag("section", join([tag("h2", "Every run, newest first"), _all_runs(runs)]), id="runs"),
-        ]  # fmt: skip
+        ]
     if unreadable:
         rows = [(u.folder, u.error) for u in unreadable]
         body = join([tag("h2", "Unreadable run folders"), table(["run", "problem"], rows)])

@@ -121,8 +121,9 @@ def control_case(run: RunRecord) -> Case:
     detail = f"scenario {run.verdict.status.value}: {run.verdict.reason}"
     if control.proven:
         return Case("inferchaos.control", name, detail=detail)
-    return Case("inferchaos.control", name, Outcome.FAILURE, fmt.control_line(control), "ControlNotProven",
-                detail)  # fmt: skip
+    return Case(
+        "inferchaos.control", name, Outcome.FAILURE, fmt.control_line(control), "ControlNotProven", detail
+    )
 
 
 SKIPPED_CASE = ("inferchaos.run", "run")
@@ -172,12 +173,23 @@ def _suite(
 def run_suite(run: RunRecord) -> ET.Element:
     """The ``<testsuite>`` of ``run``: named after its experiment, one testcase per check."""
     v = run.verdict
-    return _suite(v.experiment, run_cases(run), {
-        "time": f"{v.duration_s:.3f}",
-        "timestamp": datetime.fromtimestamp(v.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-        "hostname": run.journal.node,
-    }, [("title", v.title), ("env", v.env), ("status", v.status.value), ("reason", v.reason),
-        ("triage.layer", v.triage.layer or ""), ("triage.reason", v.triage.reason)])  # fmt: skip
+    return _suite(
+        v.experiment,
+        run_cases(run),
+        {
+            "time": f"{v.duration_s:.3f}",
+            "timestamp": datetime.fromtimestamp(v.started_at, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+            "hostname": run.journal.node,
+        },
+        [
+            ("title", v.title),
+            ("env", v.env),
+            ("status", v.status.value),
+            ("reason", v.reason),
+            ("triage.layer", v.triage.layer or ""),
+            ("triage.reason", v.triage.reason),
+        ],
+    )
 
 
 def unjudged_suite(experiment: str, case: Case) -> ET.Element:

@@ -243,29 +243,95 @@ def _requests(timeline: Timeline) -> list[Line]:
 
 
 PLOTS: tuple[PlotSpec, ...] = (
-    PlotSpec("plot-canary-latency", "Canary latency: TTFT, end to end, and the oldest request still waiting",
-             "seconds", ("canary.ttft_s", "canary.e2e_s", "canary.oldest_wait_s"), _canary_latency),
-    PlotSpec("plot-availability", "Availability (canary success)", "success ratio",
-             ("canary.success",), _availability, ylim=(-0.03, 1.05)),
-    PlotSpec("plot-requests", "vLLM requests waiting (solid) and running (dashed), per replica", "requests",
-             ("vllm.num_requests_waiting", "vllm.num_requests_running"), _requests, row=VLLM),
-    PlotSpec("plot-kv-cache", "vLLM KV-cache usage, per replica", "fraction used",
-             ("vllm.kv_cache_usage",), _by_label("vllm.kv_cache_usage", "replica"), ylim=(-0.03, 1.05), row=VLLM),
-    PlotSpec("plot-preemption-rate", "vLLM preemption rate, per replica", "preemptions / s",
-             ("vllm.preemption_rate",), _by_label("vllm.preemption_rate", "replica"), row=VLLM),
-    PlotSpec("plot-actors-alive", "Ray actors ALIVE, per class", "actors",
-             ("ray.actors_alive",), _by_label("ray.actors_alive", "class"), row=RAY),
-    PlotSpec("plot-pending-pgs", "Ray placement groups pending", "placement groups",
-             ("ray.pending_pgs",), _single("ray.pending_pgs", "pending"), row=RAY),
-    PlotSpec("plot-nodes-alive", "Ray nodes alive", "nodes",
-             ("ray.nodes_alive",), _single("ray.nodes_alive", "alive"), row=RAY),
-    PlotSpec("plot-k8s-pods", "Kubernetes Pods Pending, per namespace", "Pods",
-             ("k8s.pods_pending",), _by_label("k8s.pods_pending", "namespace"), row=NODES),
-    PlotSpec("plot-node-links", "TCP handshake with each worker node", "seconds",
-             ("network.handshake_rtt_s",), _by_label("network.handshake_rtt_s", "node"), row=NODES),
-    PlotSpec("plot-device-free", "Free device memory, per device", "GiB free",
-             ("device.free_bytes",), _by_label("device.free_bytes", "device", scale=GIB), row=NODES),
-)  # fmt: skip
+    PlotSpec(
+        "plot-canary-latency",
+        "Canary latency: TTFT, end to end, and the oldest request still waiting",
+        "seconds",
+        ("canary.ttft_s", "canary.e2e_s", "canary.oldest_wait_s"),
+        _canary_latency,
+    ),
+    PlotSpec(
+        "plot-availability",
+        "Availability (canary success)",
+        "success ratio",
+        ("canary.success",),
+        _availability,
+        ylim=(-0.03, 1.05),
+    ),
+    PlotSpec(
+        "plot-requests",
+        "vLLM requests waiting (solid) and running (dashed), per replica",
+        "requests",
+        ("vllm.num_requests_waiting", "vllm.num_requests_running"),
+        _requests,
+        row=VLLM,
+    ),
+    PlotSpec(
+        "plot-kv-cache",
+        "vLLM KV-cache usage, per replica",
+        "fraction used",
+        ("vllm.kv_cache_usage",),
+        _by_label("vllm.kv_cache_usage", "replica"),
+        ylim=(-0.03, 1.05),
+        row=VLLM,
+    ),
+    PlotSpec(
+        "plot-preemption-rate",
+        "vLLM preemption rate, per replica",
+        "preemptions / s",
+        ("vllm.preemption_rate",),
+        _by_label("vllm.preemption_rate", "replica"),
+        row=VLLM,
+    ),
+    PlotSpec(
+        "plot-actors-alive",
+        "Ray actors ALIVE, per class",
+        "actors",
+        ("ray.actors_alive",),
+        _by_label("ray.actors_alive", "class"),
+        row=RAY,
+    ),
+    PlotSpec(
+        "plot-pending-pgs",
+        "Ray placement groups pending",
+        "placement groups",
+        ("ray.pending_pgs",),
+        _single("ray.pending_pgs", "pending"),
+        row=RAY,
+    ),
+    PlotSpec(
+        "plot-nodes-alive",
+        "Ray nodes alive",
+        "nodes",
+        ("ray.nodes_alive",),
+        _single("ray.nodes_alive", "alive"),
+        row=RAY,
+    ),
+    PlotSpec(
+        "plot-k8s-pods",
+        "Kubernetes Pods Pending, per namespace",
+        "Pods",
+        ("k8s.pods_pending",),
+        _by_label("k8s.pods_pending", "namespace"),
+        row=NODES,
+    ),
+    PlotSpec(
+        "plot-node-links",
+        "TCP handshake with each worker node",
+        "seconds",
+        ("network.handshake_rtt_s",),
+        _by_label("network.handshake_rtt_s", "node"),
+        row=NODES,
+    ),
+    PlotSpec(
+        "plot-device-free",
+        "Free device memory, per device",
+        "GiB free",
+        ("device.free_bytes",),
+        _by_label("device.free_bytes", "device", scale=GIB),
+        row=NODES,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -329,16 +395,40 @@ def _mark_fault(axes: Axes, marks: Markers) -> None:
     if marks.injected is not None:
         window_end = marks.reverted if marks.reverted is not None else marks.end
         if window_end is not None and window_end > marks.injected:
-            axes.axvspan(marks.injected, window_end, color=FAULT_COLOUR, alpha=0.08, label="fault window",
-                         gid="fault-window")  # fmt: skip
-        axes.axvline(marks.injected, color=FAULT_COLOUR, label="injected", gid="injected",
-                     linewidth=1.2, linestyle="--")  # fmt: skip
+            axes.axvspan(
+                marks.injected,
+                window_end,
+                color=FAULT_COLOUR,
+                alpha=0.08,
+                label="fault window",
+                gid="fault-window",
+            )
+        axes.axvline(
+            marks.injected,
+            color=FAULT_COLOUR,
+            label="injected",
+            gid="injected",
+            linewidth=1.2,
+            linestyle="--",
+        )
     if marks.reverted is not None:
-        axes.axvline(marks.reverted, color=REVERT_COLOUR, label="reverted", gid="reverted",
-                     linewidth=1.2, linestyle="--")  # fmt: skip
+        axes.axvline(
+            marks.reverted,
+            color=REVERT_COLOUR,
+            label="reverted",
+            gid="reverted",
+            linewidth=1.2,
+            linestyle="--",
+        )
     if marks.recovered is not None:
-        axes.axvline(marks.recovered, color=RECOVERED_COLOUR, linestyle=":", linewidth=1.6, label="recovered",
-                     gid="recovered")  # fmt: skip
+        axes.axvline(
+            marks.recovered,
+            color=RECOVERED_COLOUR,
+            linestyle=":",
+            linewidth=1.6,
+            label="recovered",
+            gid="recovered",
+        )
 
 
 ALERT_COLOUR = "#7c3aed"
@@ -353,8 +443,14 @@ def _mark_alerts(axes: Axes, spans: Sequence[AlertSpan], origin: float) -> None:
         axes.axvspan(start, max(end, start + 0.5), color=ALERT_COLOUR, alpha=0.07)
         if span.name not in named:
             named.add(span.name)
-            axes.axvline(start, color=ALERT_COLOUR, linestyle="-.", linewidth=1.0,
-                         label=_legend_label(f"alert {span.name.removeprefix('Inferchaos')}"), gid=f"alert-{span.name}")  # fmt: skip
+            axes.axvline(
+                start,
+                color=ALERT_COLOUR,
+                linestyle="-.",
+                linewidth=1.0,
+                label=_legend_label(f"alert {span.name.removeprefix('Inferchaos')}"),
+                gid=f"alert-{span.name}",
+            )
 
 
 def _draw(spec: PlotSpec, lines: Sequence[Line], marks: Markers, spans: Sequence[AlertSpan] = ()) -> str:
@@ -370,9 +466,15 @@ def _draw(spec: PlotSpec, lines: Sequence[Line], marks: Markers, spans: Sequence
                 linestyle, marker = "none", "x"
             else:
                 linestyle, marker = "--" if line.dashed else "-", "." if len(points) < 3 else ""
-            axes.plot([t - marks.origin for t, _ in points], [v for _, v in points],
-                      label=_legend_label(line.label), color=colour, linewidth=1.4,
-                      linestyle=linestyle, marker=marker)  # fmt: skip
+            axes.plot(
+                [t - marks.origin for t, _ in points],
+                [v for _, v in points],
+                label=_legend_label(line.label),
+                color=colour,
+                linewidth=1.4,
+                linestyle=linestyle,
+                marker=marker,
+            )
         _mark_fault(axes, marks)
         _mark_alerts(axes, spans, marks.origin)
         if spec.ylim is not None:

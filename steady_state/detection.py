@@ -367,8 +367,16 @@ def alert_detections(
     for name, row in first.items():
         subject = ", ".join(f"{k}={v}" for k, v in sorted(row.labels.items()) if k not in _ALERT_OWN)
         lead = None if failed is None else round(failed[0] - row.t, 3)
-        rows.append(SignalDetection(row.labels.get("layer", "alerts"), f"alert.{name}", round(row.t - origin, 3),
-                                    row.t, subject, lead))  # fmt: skip
+        rows.append(
+            SignalDetection(
+                row.labels.get("layer", "alerts"),
+                f"alert.{name}",
+                round(row.t - origin, 3),
+                row.t,
+                subject,
+                lead,
+            )
+        )
     fired = [d for d in rows if d.at is not None and d.at >= since]
     own_layers = frozenset(a.layer for a in fault_alerts)
     if not fired:

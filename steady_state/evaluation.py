@@ -477,17 +477,33 @@ def evaluate_slo(
     scale = slo.scale.describe() if slo.scale else ""
 
     def result(ok: bool, observed: float | None, samples: int = 0, reason: str = "") -> SloResult:
-        return SloResult(slo.name, slo.layer, slo.phase.value, ok, observed, slo.op.value, slo.threshold,
-                         samples, reason, baseline, scale)  # fmt: skip
+        return SloResult(
+            slo.name,
+            slo.layer,
+            slo.phase.value,
+            ok,
+            observed,
+            slo.op.value,
+            slo.threshold,
+            samples,
+            reason,
+            baseline,
+            scale,
+        )
 
     window = windows.get(slo.phase)
     if window is None:
         return result(False, None, reason=f"the {slo.phase.value} phase never happened in this run")
     window = judged_window(slo, window)
     if (
-        held and slo.phase is Phase.RECOVERY and slo.window_s is None and recovery is not None
-        and recovery.recovered and recovery.steady_at is not None and recovery.confirmed_at is not None
-    ):  # fmt: skip
+        held
+        and slo.phase is Phase.RECOVERY
+        and slo.window_s is None
+        and recovery is not None
+        and recovery.recovered
+        and recovery.steady_at is not None
+        and recovery.confirmed_at is not None
+    ):
         window = replace(window, start=recovery.steady_at, end=recovery.confirmed_at, closed=True)
     series = _slo_series(timeline, slo, window)
     sources = _sources(timeline, slo, window)
@@ -509,9 +525,13 @@ def evaluate_slo(
                 if not samples:
                     return result(False, None, reason=f"no samples of {selector} in the recovery phase")
                 last = max(t for points in series.values() for t, _ in points)
-                return result(False, None, samples,
-                              f"no samples of {selector} in the last {slo.window_s:g} s of the recovery phase "
-                              f"(the last at +{last - window.start:.1f} s of +{end - window.start:.1f} s)")  # fmt: skip
+                return result(
+                    False,
+                    None,
+                    samples,
+                    f"no samples of {selector} in the last {slo.window_s:g} s of the recovery phase "
+                    f"(the last at +{last - window.start:.1f} s of +{end - window.start:.1f} s)",
+                )
             judged = [final]
         else:
             judged = full_windows(slo, slo_evolution(slo, series, sources), series, sources, window)
@@ -698,8 +718,16 @@ def recover(
         )
     unsampled = [name for name, ev in evolutions.items() if not ev]
     if unsampled:
-        return RecoveryResult(False, None, None, None, f"no samples after the revert for {', '.join(unsampled)}",
-                              failing_at_end, within, blocked_by=tuple(unsampled))  # fmt: skip
+        return RecoveryResult(
+            False,
+            None,
+            None,
+            None,
+            f"no samples after the revert for {', '.join(unsampled)}",
+            failing_at_end,
+            within,
+            blocked_by=tuple(unsampled),
+        )
     last_seen = max(ev[-1].t for ev in evolutions.values())
     candidates = sorted({j.t for ev in evolutions.values() for j in ev if j.t - recovery.start <= within})
     for s in candidates:
@@ -714,11 +742,16 @@ def recover(
             if broke:
                 # Held, then broke again before the run's last sample: not a recovery.
                 return RecoveryResult(
-                    False, None, None, None,
+                    False,
+                    None,
+                    None,
+                    None,
                     f"{', '.join(broke)} held from +{s - recovery.start:.1f} s for {rec.hold_s:g} s, "
                     f"then failed again by +{last_seen - recovery.start:.1f} s",
-                    broke, within, blocked_by=broke,
-                )  # fmt: skip
+                    broke,
+                    within,
+                    blocked_by=broke,
+                )
             return RecoveryResult(True, s - recovery.start, s, s + rec.hold_s, within_s=within)
     # A steady SLO still silent at the end says which source kept recovery from being confirmed.
     silent_at_end = "".join(
@@ -729,9 +762,10 @@ def recover(
     # The SLOs that kept it: failing at the end, or steady again only later than the window
     # (each on its own; the rest were back in time).
     blocked = tuple(
-        name for name, ev in evolutions.items()
+        name
+        for name, ev in evolutions.items()
         if name in failing_at_end or _ok_since(ev) - recovery.start > within
-    )  # fmt: skip
+    )
     late = (
         f"; all held again by +{last_seen - recovery.start:.1f} s, too late"
         if not failing_at_end and blocked
@@ -818,8 +852,14 @@ def full_windows(
     return [judge_at(whole, series, sources, last)]
 
 
-def _missed(evolution: Sequence[Judgement], reach: float | None, revert: float, first_within: float,
-            hold_s: float, window_s: float | None) -> bool:  # fmt: skip
+def _missed(
+    evolution: Sequence[Judgement],
+    reach: float | None,
+    revert: float,
+    first_within: float,
+    hold_s: float,
+    window_s: float | None,
+) -> bool:
     """Whether the samples (of every steady SLO) already ``reach`` past ``first_within + hold_s``
     after the revert without this one having held for ``hold_s`` from a moment within
     ``first_within`` (settled: no later sample can change it)."""

@@ -169,19 +169,44 @@ def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, 
     canary = _has(timeline, "canary.success", window)
     if canary:
         slos += [
-            Slo(f"{PREFIX}front_door_before", "canary.success", "mean", Op.GE, FRONT_DOOR_FLOOR, Phase.BASELINE),
-            Slo(f"{PREFIX}front_door_after", "canary.success", "mean", Op.GE, FRONT_DOOR_FLOOR,
-                Phase.RECOVERY, window_s=w),
-        ]  # fmt: skip
+            Slo(
+                f"{PREFIX}front_door_before",
+                "canary.success",
+                "mean",
+                Op.GE,
+                FRONT_DOOR_FLOOR,
+                Phase.BASELINE,
+            ),
+            Slo(
+                f"{PREFIX}front_door_after",
+                "canary.success",
+                "mean",
+                Op.GE,
+                FRONT_DOOR_FLOOR,
+                Phase.RECOVERY,
+                window_s=w,
+            ),
+        ]
     if _has(timeline, "canary.oldest_wait_s", window):
-        slos.append(Slo(f"{PREFIX}no_stuck_request_before", "canary.oldest_wait_s", "max", Op.LE,
-                        BASELINE_STALL_SHARE * w, Phase.BASELINE))  # fmt: skip
+        slos.append(
+            Slo(
+                f"{PREFIX}no_stuck_request_before",
+                "canary.oldest_wait_s",
+                "max",
+                Op.LE,
+                BASELINE_STALL_SHARE * w,
+                Phase.BASELINE,
+            )
+        )
     served = {
         row.labels["replica"]
         for row in timeline.rows
-        if row.probe == "canary.success" and row.ok and row.value == 1 and "replica" in row.labels
+        if row.probe == "canary.success"
+        and row.ok
+        and row.value == 1
+        and "replica" in row.labels
         and window.contains(row.t)
-    }  # fmt: skip
+    }
     for replica in baseline_replicas(timeline):
         labels = {"replica": replica}
         server = _server_read(timeline, replica, window)
@@ -190,11 +215,26 @@ def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, 
         serves = replica in served
         if server:
             slos += [
-                Slo(f"{PREFIX}{replica}.answers_before", "vllm.healthy", "mean", Op.GE, SERVER_FLOOR,
-                    Phase.BASELINE, labels),
-                Slo(f"{PREFIX}{replica}.answers_after", "vllm.healthy", "mean", Op.GE, SERVER_FLOOR,
-                    Phase.RECOVERY, labels, window_s=3),
-            ]  # fmt: skip
+                Slo(
+                    f"{PREFIX}{replica}.answers_before",
+                    "vllm.healthy",
+                    "mean",
+                    Op.GE,
+                    SERVER_FLOOR,
+                    Phase.BASELINE,
+                    labels,
+                ),
+                Slo(
+                    f"{PREFIX}{replica}.answers_after",
+                    "vllm.healthy",
+                    "mean",
+                    Op.GE,
+                    SERVER_FLOOR,
+                    Phase.RECOVERY,
+                    labels,
+                    window_s=3,
+                ),
+            ]
         if serves:
             # Per request, not per window: the last request it answered before the hold
             # succeeded and none failed through it. A replica the router sends nothing for a
@@ -214,26 +254,66 @@ def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, 
             continue
         if server and replica not in state.allows.unread:
             slos.append(
-                Slo(f"{PREFIX}{replica}.answers_during", "vllm.healthy", "mean", Op.GE, ANSWERS_FLOOR,
-                    Phase.DURING, labels, window_s=w)
-            )  # fmt: skip
+                Slo(
+                    f"{PREFIX}{replica}.answers_during",
+                    "vllm.healthy",
+                    "mean",
+                    Op.GE,
+                    ANSWERS_FLOOR,
+                    Phase.DURING,
+                    labels,
+                    window_s=w,
+                )
+            )
         if serves:
             # Its own requests only: a request refused before any replica took it belongs to
             # the replica the fault took out as much as to this one.
             slos.append(
-                Slo(f"{PREFIX}{replica}.serves_during", "canary.success", "mean", Op.GE, state.availability,
-                    Phase.DURING, labels, attributed_only=True)
-            )  # fmt: skip
+                Slo(
+                    f"{PREFIX}{replica}.serves_during",
+                    "canary.success",
+                    "mean",
+                    Op.GE,
+                    state.availability,
+                    Phase.DURING,
+                    labels,
+                    attributed_only=True,
+                )
+            )
     same = BaselineScale(times=1.0)
     if _has(timeline, "ray.nodes_alive", window):
-        slos.append(Slo(f"{PREFIX}nodes_after", "ray.nodes_alive", "min", Op.GE, math.nan, Phase.RECOVERY,
-                        window_s=3, scale=same))  # fmt: skip
+        slos.append(
+            Slo(
+                f"{PREFIX}nodes_after",
+                "ray.nodes_alive",
+                "min",
+                Op.GE,
+                math.nan,
+                Phase.RECOVERY,
+                window_s=3,
+                scale=same,
+            )
+        )
     if _has(timeline, "ray.serve_replicas", window):
-        slos.append(Slo(f"{PREFIX}serve_replicas_after", "ray.serve_replicas", "min", Op.GE, math.nan,
-                        Phase.RECOVERY, {"state": "RUNNING"}, window_s=3, scale=same))  # fmt: skip
+        slos.append(
+            Slo(
+                f"{PREFIX}serve_replicas_after",
+                "ray.serve_replicas",
+                "min",
+                Op.GE,
+                math.nan,
+                Phase.RECOVERY,
+                {"state": "RUNNING"},
+                window_s=3,
+                scale=same,
+            )
+        )
     if _has(timeline, "k8s.pods_pending", window):
-        slos.append(Slo(f"{PREFIX}pods_pending_after", "k8s.pods_pending", "max", Op.LE, 0, Phase.RECOVERY,
-                        window_s=3))  # fmt: skip
+        slos.append(
+            Slo(
+                f"{PREFIX}pods_pending_after", "k8s.pods_pending", "max", Op.LE, 0, Phase.RECOVERY, window_s=3
+            )
+        )
     return tuple(slos)
 
 
@@ -258,9 +338,14 @@ def promised_availability(slos: Sequence[Slo]) -> float:
     promised = [
         slo.threshold
         for slo in slos
-        if slo.phase is Phase.DURING and slo.probe == "canary.success" and not slo.labels
-        and slo.agg == "mean" and slo.op is Op.GE and slo.after_s is None and slo.scale is None
-    ]  # fmt: skip
+        if slo.phase is Phase.DURING
+        and slo.probe == "canary.success"
+        and not slo.labels
+        and slo.agg == "mean"
+        and slo.op is Op.GE
+        and slo.after_s is None
+        and slo.scale is None
+    ]
     return min(promised, default=FRONT_DOOR_FLOOR)
 
 
@@ -278,18 +363,24 @@ def platform_failures(
     judged = with_platform(spec, timeline, state)
     windows = phase_windows(timeline)
     recovery = (
-        recover(timeline, judged, windows, extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
-                judged_again=judged_again(judged))
+        recover(
+            timeline,
+            judged,
+            windows,
+            extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
+            judged_again=judged_again(judged),
+        )
         if Phase.RECOVERY in phases and Phase.RECOVERY in windows
         else None
-    )  # fmt: skip
+    )
     steady = set(judged.recovery.steady) if judged.recovery else set()
     failures = [
         f"{result.name}: {result.reason}"
         for slo in judged.slos
-        if is_platform(slo.name) and slo.phase in phases
+        if is_platform(slo.name)
+        and slo.phase in phases
         and not (result := evaluate_slo(timeline, slo, windows, recovery, slo.name in steady)).ok
-    ]  # fmt: skip
+    ]
     if recovery is not None and not recovery.recovered and any(is_platform(n) for n in recovery.blocked_by):
         # Kept from holding by the platform's own entries, not only by the scenario's.
         failures.append(f"recovery: {recovery.reason}")
@@ -304,8 +395,13 @@ def judged_again(spec: SloSpec) -> tuple[str, ...]:
 
 def declaration(slo: Slo) -> dict[str, Any]:
     """``slo`` as an experiment would declare it: what a journal's probe replays it from."""
-    entry: dict[str, Any] = {"name": slo.name, "probe": slo.probe, "agg": slo.agg, "op": slo.op.value,
-                             "phase": slo.phase.value}  # fmt: skip
+    entry: dict[str, Any] = {
+        "name": slo.name,
+        "probe": slo.probe,
+        "agg": slo.agg,
+        "op": slo.op.value,
+        "phase": slo.phase.value,
+    }
     entry["threshold"] = {"times_baseline": slo.scale.times} if slo.scale is not None else slo.threshold
     if slo.labels:
         entry["labels"] = dict(slo.labels)
@@ -357,8 +453,13 @@ def detectors_firing(
     threshold = stall_threshold_s(timeline, config)
     for t, wait, _ in _points(timeline, "canary.oldest_wait_s", window):
         if wait >= threshold:
-            firing.append(Firing(t, "stalled_request",
-                                 f"a request has waited {wait:.1f} s for its first token (threshold {threshold:.2f} s)"))  # fmt: skip
+            firing.append(
+                Firing(
+                    t,
+                    "stalled_request",
+                    f"a request has waited {wait:.1f} s for its first token (threshold {threshold:.2f} s)",
+                )
+            )
     gpus = [(t, v) for t, v, _ in _points(timeline, "ray.gpus_available", window)]
     gpu_times = [t for t, _ in gpus]
 
@@ -368,15 +469,25 @@ def detectors_firing(
 
     for t, age, labels in _points(timeline, "ray.pg_pending_age_s", window):
         if age >= config.pg_min_pending_s and free_gpus(t) > 0:
-            firing.append(Firing(t, "placement_group_stall",
-                                 f"placement group {{{labels}}} PENDING {age:g} s while {free_gpus(t):g} GPU(s) are free"))  # fmt: skip
+            firing.append(
+                Firing(
+                    t,
+                    "placement_group_stall",
+                    f"placement group {{{labels}}} PENDING {age:g} s while {free_gpus(t):g} GPU(s) are free",
+                )
+            )
     since: float | None = None
     for t, pending, _ in _points(timeline, "ray.tasks_pending_node_assignment", window):
         if pending > 0 and free_gpus(t) > 0:
             since = t if since is None else since
             if t - since >= config.tasks_min_duration_s:
-                firing.append(Firing(t, "tasks_pending_with_free_gpus",
-                                     f"{pending:g} task(s) pending node assignment for {t - since:g} s with GPUs free"))  # fmt: skip
+                firing.append(
+                    Firing(
+                        t,
+                        "tasks_pending_with_free_gpus",
+                        f"{pending:g} task(s) pending node assignment for {t - since:g} s with GPUs free",
+                    )
+                )
         else:
             since = None
     return sorted(firing, key=lambda f: f.t)
@@ -463,9 +574,10 @@ def platform_failure(
     order = {Phase.BASELINE.value: 0, Phase.DURING.value: 1, Phase.RECOVERY.value: 2}
     # Before the injection nothing was injected: any SLO failing there, the scenario's own too.
     candidates = [
-        r for r in results
+        r
+        for r in results
         if (is_platform(r.name) or r.phase == Phase.BASELINE.value) and (not r.ok or r.name in failing_steady)
-    ]  # fmt: skip
+    ]
 
     def replica_of(result: SloResult) -> str | None:
         return spec.by_name(result.name).labels.get("replica")
@@ -574,8 +686,15 @@ def fault_symptoms(
     the fault did not cause (a replica that hung beside a lost node): leaving that out of
     :func:`triage_failure` would hide the very failure it is asked about."""
     own_rules = [rule for rule in RULES if rule.layer.value == fault_layer]
-    found = triage(timeline, start, since=start, lookback_s=0.0, lookahead_s=max(end - start, 0.0),
-                   thresholds=thresholds, rules=own_rules)  # fmt: skip
+    found = triage(
+        timeline,
+        start,
+        since=start,
+        lookback_s=0.0,
+        lookahead_s=max(end - start, 0.0),
+        thresholds=thresholds,
+        rules=own_rules,
+    )
     symptoms = [s for s in (FaultSymptom.of(found),) if s is not None]
     if named is not None and named.layer == fault_layer and (symptom := FaultSymptom.of(named)) is not None:
         symptoms.append(symptom)
@@ -660,10 +779,16 @@ def triage_failure(
         return TriageResult(
             top.rule.layer.value,
             top.reason,
-            {"probe": top.rule.probe, "condition": top.rule.condition.value, "value": top.value, "t": top.t,
-             "labels": dict(top.labels), "window": [start, end],
-             "also": [f"{m.rule.layer.value}: {m.reason}" for m in ranked[1:]]},
-        )  # fmt: skip
+            {
+                "probe": top.rule.probe,
+                "condition": top.rule.condition.value,
+                "value": top.value,
+                "t": top.t,
+                "labels": dict(top.labels),
+                "window": [start, end],
+                "also": [f"{m.rule.layer.value}: {m.reason}" for m in ranked[1:]],
+            },
+        )
     if failure.replica is None:
         return TriageResult("unknown", f"no triage rule matched between {start:.3f} and {end:.3f}", {})
     # Nothing else showed: a replica that stopped serving on its own is its engine's failure.

@@ -86,30 +86,56 @@ RULES: tuple[Rule, ...] = (
     # node's namespace still answers, so these name only links that carry nothing or crawl.
     # The probe waits CONNECT_TIMEOUT_S for a handshake, so a link slowed past that reads as
     # unreachable too: the reason says both (slow_link's control adds 500 ms and lands here).
-    Rule(Layer.NETWORK, "network.node_reachable", C.EQUALS, 0,
-         "the head cannot reach worker node {labels} over the network (no TCP handshake answered "
-         f"within {CONNECT_TIMEOUT_S:g} s: the link is cut or slower than that)"),
+    Rule(
+        Layer.NETWORK,
+        "network.node_reachable",
+        C.EQUALS,
+        0,
+        "the head cannot reach worker node {labels} over the network (no TCP handshake answered "
+        f"within {CONNECT_TIMEOUT_S:g} s: the link is cut or slower than that)",
+    ),
     # A handshake across the bridge takes well under 1 ms here; 100 ms throughout is a link
     # slowed on purpose or by a failing NIC. Throughout: the head times each handshake from a
     # thread of the sampler, and on a CPU-starved machine one reading in a kv_flood control
     # took 0.11 s while the link was idle (its median stayed in milliseconds).
-    Rule(Layer.NETWORK, "network.handshake_rtt_s", C.SUSTAINED, 0.1,
-         "TCP handshakes with worker node {labels} took {value:.3g} s (median since the fault)"),
+    Rule(
+        Layer.NETWORK,
+        "network.handshake_rtt_s",
+        C.SUSTAINED,
+        0.1,
+        "TCP handshakes with worker node {labels} took {value:.3g} s (median since the fault)",
+    ),
     # vLLM (micro): the scheduler's own queue and KV cache.
     Rule(Layer.VLLM, "vllm.kv_cache_usage", C.AT_LEAST, 0.9, "vLLM KV cache {value:.0%} full ({labels})"),
-    Rule(Layer.VLLM, "vllm.num_requests_waiting", C.ABOVE, 0, "{value:g} request(s) queued in vLLM ({labels})"),
-    Rule(Layer.VLLM, "vllm.num_preemptions_total", C.RISING, 0, "vLLM preempted {value:g} sequence(s) ({labels})"),
+    Rule(
+        Layer.VLLM, "vllm.num_requests_waiting", C.ABOVE, 0, "{value:g} request(s) queued in vLLM ({labels})"
+    ),
+    Rule(
+        Layer.VLLM,
+        "vllm.num_preemptions_total",
+        C.RISING,
+        0,
+        "vLLM preempted {value:g} sequence(s) ({labels})",
+    ),
     Rule(Layer.VLLM, "vllm.healthy", C.EQUALS, 0, "vLLM /health failing ({labels})", symptom=True),
     # More than two failed reads: a busy replica misses one or two of its 0.8 s reads (up to 6 in
     # 40 s under kv_flood, where the KV rules name vLLM first), and one such miss once outranked a
     # crash-looping Serve controller's symptoms. A dead or hung replica misses 9-14 (62 recorded
     # runs, 2026-12-01).
-    Rule(Layer.VLLM, "vllm", C.UNREACHABLE, 2, "vLLM replica not answering ({labels}): {error}", symptom=True),
+    Rule(
+        Layer.VLLM, "vllm", C.UNREACHABLE, 2, "vLLM replica not answering ({labels}): {error}", symptom=True
+    ),
     # A hung engine freezes its own numbers and still answers /health 200: what shows it is
     # users' requests that a replica accepted and never finished.
-    Rule(Layer.VLLM, "canary.success", C.EQUALS, 0,
-         "a user request accepted by a vLLM replica failed ({labels}): timed out or broke off",
-         symptom=True, needs_label="replica"),
+    Rule(
+        Layer.VLLM,
+        "canary.success",
+        C.EQUALS,
+        0,
+        "a user request accepted by a vLLM replica failed ({labels}): timed out or broke off",
+        symptom=True,
+        needs_label="replica",
+    ),
     # A fail-slow replica answers every request, slowly: its requests' median end-to-end time
     # since the fault, against every replica's before and against the other replicas' since. Both,
     # because a busy machine slows every replica: while Ray restarted Serve's controller
@@ -117,47 +143,96 @@ RULES: tuple[Rule, ...] = (
     # its neighbour's. replica-0 slowed tenfold and left in rotation: 11.4 x and 10.8 x.
     # Answered requests only: a failure counted at its timeout would read as a replica a hundred
     # times slower, and would raise its peers' median; the canary.success rule names failures.
-    Rule(Layer.VLLM, "canary.e2e_s", C.OUTLIER, 4,
-         "requests answered by a vLLM replica ({labels}) took {value:.3g} x as long as before the fault "
-         "and as on the other replicas", symptom=True, needs_label="replica", measured_only=True),
+    Rule(
+        Layer.VLLM,
+        "canary.e2e_s",
+        C.OUTLIER,
+        4,
+        "requests answered by a vLLM replica ({labels}) took {value:.3g} x as long as before the fault "
+        "and as on the other replicas",
+        symptom=True,
+        needs_label="replica",
+        measured_only=True,
+    ),
     # Device: memory on the card that the replica needs.
     Rule(Layer.DEVICE, "device.available", C.EQUALS, 0, "device unavailable ({labels})"),
-    Rule(Layer.DEVICE, "device.free_bytes", C.BELOW, None,
-         "device {labels} has {value:.4g} bytes free, below the {threshold:.4g} a replica needs"),
+    Rule(
+        Layer.DEVICE,
+        "device.free_bytes",
+        C.BELOW,
+        None,
+        "device {labels} has {value:.4g} bytes free, below the {threshold:.4g} a replica needs",
+    ),
     # A replica's device is rarely "free enough" while the replica itself holds it, so the
     # level rule alone stays silent at a squat; a sudden drop of free memory is the sign. Sudden,
     # because a replica (re)starting takes its own memory gradually: measured on 2 cores, at
     # most 163 MB per 1 s reading over 6 restarts, against 586-1160 MB within 3 s over 6 squats.
-    Rule(Layer.DEVICE, "device.free_bytes", C.PLUNGING, 384 * 2**20,
-         "device {labels} lost {value:.4g} bytes of free memory within 3 s, faster than a replica "
-         "loads: something outside the replica took them"),
+    Rule(
+        Layer.DEVICE,
+        "device.free_bytes",
+        C.PLUNGING,
+        384 * 2**20,
+        "device {labels} lost {value:.4g} bytes of free memory within 3 s, faster than a replica "
+        "loads: something outside the replica took them",
+    ),
     # Ray (meso): nodes, pending work and placement groups, leaked actors.
     # DEAD nodes stay listed for the cluster's life: a new death is a rise, not a level.
     Rule(Layer.RAY, "ray.nodes_dead", C.RISING, 0, "{value:g} more Ray node(s) dead"),
     # Ray's state API answers through the GCS: failed reads while every node still serves are
     # the sign of a lost control plane (ray.kill_gcs). A symptom, so a cause in any layer outranks it.
-    Rule(Layer.RAY, "ray", C.UNREACHABLE, 0, "Ray not answering its probes ({labels}: the GCS or Serve's controller down?): {error}", symptom=True),
+    Rule(
+        Layer.RAY,
+        "ray",
+        C.UNREACHABLE,
+        0,
+        "Ray not answering its probes ({labels}: the GCS or Serve's controller down?): {error}",
+        symptom=True,
+    ),
     # Sustained, it is the cause: more than 8 failed reads of the state API in the window. A GCS
     # down answers none (16-19 in 40 s, 5 runs); a busy one misses a few (at most 5 in any 40 s
     # of 90 other runs, under kv_flood). A replica that stops answering meanwhile is its symptom
     # (measured: replica-0's /metrics timed out while the GCS stayed down).
-    Rule(Layer.RAY, "ray", C.UNREACHABLE, 8, "Ray's state API silent for {value:g} reads (the GCS down?): {error}",
-         exact=True),
+    Rule(
+        Layer.RAY,
+        "ray",
+        C.UNREACHABLE,
+        8,
+        "Ray's state API silent for {value:g} reads (the GCS down?): {error}",
+        exact=True,
+    ),
     Rule(Layer.RAY, "ray.nodes_alive", C.FALLING, 0, "ALIVE Ray nodes dropped by {value:g}"),
     Rule(Layer.RAY, "ray.pending_pgs", C.ABOVE, 0, "{value:g} Ray placement group(s) PENDING"),
-    Rule(Layer.RAY, "ray.tasks_pending_node_assignment", C.ABOVE, 0,
-         "{value:g} Ray task(s) pending node assignment"),
-    Rule(Layer.RAY, "ray.actors_alive", C.GROWING, 0.05, "alive Ray actors ({labels}) growing at {value:.3g}/s"),
+    Rule(
+        Layer.RAY,
+        "ray.tasks_pending_node_assignment",
+        C.ABOVE,
+        0,
+        "{value:g} Ray task(s) pending node assignment",
+    ),
+    Rule(
+        Layer.RAY, "ray.actors_alive", C.GROWING, 0.05, "alive Ray actors ({labels}) growing at {value:.3g}/s"
+    ),
     # An actor Ray keeps restarting (a crash-looping Serve controller) is down while it restarts.
-    Rule(Layer.RAY, "ray.actors", C.ABOVE, 0, "Ray actor(s) restarting ({labels})", symptom=True,
-         only=(("state", "RESTARTING"),)),
+    Rule(
+        Layer.RAY,
+        "ray.actors",
+        C.ABOVE,
+        0,
+        "Ray actor(s) restarting ({labels})",
+        symptom=True,
+        only=(("state", "RESTARTING"),),
+    ),
     # Kubernetes (macro): Pods that cannot be placed, nodes leaving.
     # The scheduler's own reason comes first: it names the obstacle (GPUs, taint, anti-affinity).
-    Rule(Layer.K8S, "k8s.pods_unschedulable", C.ABOVE, 0, "{value:g} Pod(s) Pending, unschedulable ({labels})"),
+    Rule(
+        Layer.K8S, "k8s.pods_unschedulable", C.ABOVE, 0, "{value:g} Pod(s) Pending, unschedulable ({labels})"
+    ),
     Rule(Layer.K8S, "k8s.nodes_ready", C.FALLING, 0, "Ready Kubernetes nodes dropped by {value:g}"),
-    Rule(Layer.K8S, "k8s.nodes_schedulable", C.FALLING, 0, "schedulable Kubernetes nodes dropped by {value:g}"),
+    Rule(
+        Layer.K8S, "k8s.nodes_schedulable", C.FALLING, 0, "schedulable Kubernetes nodes dropped by {value:g}"
+    ),
     Rule(Layer.K8S, "k8s.pods_pending", C.ABOVE, 0, "{value:g} Pod(s) Pending ({labels})"),
-)  # fmt: skip
+)
 
 LEVEL_CONDITIONS = frozenset({C.AT_LEAST, C.ABOVE, C.BELOW, C.EQUALS})
 # The span of a plunge: a drop this fast is not a replica loading itself.
@@ -364,8 +439,14 @@ def _match_unreachable(
     return Match(rule, float(len(failed)), first.t, labels, threshold, first.error)
 
 
-def match_rule(rule: Rule, timeline: Timeline, start: float, end: float, since: float,
-               thresholds: Mapping[str, float] | None = None) -> Match | None:  # fmt: skip
+def match_rule(
+    rule: Rule,
+    timeline: Timeline,
+    start: float,
+    end: float,
+    since: float,
+    thresholds: Mapping[str, float] | None = None,
+) -> Match | None:
     """Whether ``rule`` fires in ``[start, end]`` of ``timeline``, and on which reading."""
     threshold = rule.threshold if rule.threshold is not None else (thresholds or {}).get(rule.probe)
     if threshold is None:

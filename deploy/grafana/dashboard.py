@@ -62,22 +62,55 @@ def queries(labels: AlertLabels) -> tuple[Query, ...]:
         Query("vllm", "KV cache usage", f"max by ({by}) ({{{kv},{selected}}})", per, "percentunit"),
         Query("vllm", "Requests waiting", f"sum by ({by}) ({WAITING}{{{selected}}})", per),
         Query("vllm", "Requests running", f"sum by ({by}) ({RUNNING}{{{selected}}})", per),
-        Query("vllm", "Generated tokens per second", f"sum by ({by}) (rate({GENERATION_TOKENS}{{{selected}}}[{rate}]))", per),
-        Query("vllm", "Time to first token, p95",
-              f"histogram_quantile(0.95, sum by ({by}, le) (rate({TTFT}_bucket{{{selected}}}[{rate}])))", per, "s"),
-        Query("vllm", "Preemptions per second", f"sum by ({by}) (rate({PREEMPTIONS}{{{selected}}}[{rate}]))", per),
+        Query(
+            "vllm",
+            "Generated tokens per second",
+            f"sum by ({by}) (rate({GENERATION_TOKENS}{{{selected}}}[{rate}]))",
+            per,
+        ),
+        Query(
+            "vllm",
+            "Time to first token, p95",
+            f"histogram_quantile(0.95, sum by ({by}, le) (rate({TTFT}_bucket{{{selected}}}[{rate}])))",
+            per,
+            "s",
+        ),
+        Query(
+            "vllm",
+            "Preemptions per second",
+            f"sum by ({by}) (rate({PREEMPTIONS}{{{selected}}}[{rate}]))",
+            per,
+        ),
         Query("ray", "Ray nodes alive", f"max({labels.ray(NODE_VIEW)})", "alive"),
         Query("ray", "GPUs by state", f"sum by (State) ({gpus})", "{{State}}"),
-        Query("ray", "Placement groups by state", f"sum by (State) ({labels.ray('ray_gcs_placement_group_count')})",
-              "{{State}}"),
+        Query(
+            "ray",
+            "Placement groups by state",
+            f"sum by (State) ({labels.ray('ray_gcs_placement_group_count')})",
+            "{{State}}",
+        ),
         Query("ray", "Actors by state", f"sum by (State) ({actors})", "{{State}}"),
         Query("ray", "Metrics agent answering", f"max by ({node}) ({agents})", f"{{{{{node}}}}}"),
-        Query("k8s", "Pods Pending", 'sum by (namespace) (kube_pod_status_phase{phase="Pending"})', "{{namespace}}"),
-        Query("k8s", "Pods unschedulable", "sum by (namespace) (kube_pod_status_unschedulable)", "{{namespace}}"),
-        Query("k8s", "Nodes Ready", 'sum(kube_node_status_condition{condition="Ready",status="true"})', "Ready"),
-        Query("device", "GPU memory used, by Pod", "max by (Hostname, gpu, pod) (DCGM_FI_DEV_FB_USED)",
-              "{{Hostname}} GPU {{gpu}} {{pod}}", "decmbytes"),
-    )  # fmt: skip
+        Query(
+            "k8s",
+            "Pods Pending",
+            'sum by (namespace) (kube_pod_status_phase{phase="Pending"})',
+            "{{namespace}}",
+        ),
+        Query(
+            "k8s", "Pods unschedulable", "sum by (namespace) (kube_pod_status_unschedulable)", "{{namespace}}"
+        ),
+        Query(
+            "k8s", "Nodes Ready", 'sum(kube_node_status_condition{condition="Ready",status="true"})', "Ready"
+        ),
+        Query(
+            "device",
+            "GPU memory used, by Pod",
+            "max by (Hostname, gpu, pod) (DCGM_FI_DEV_FB_USED)",
+            "{{Hostname}} GPU {{gpu}} {{pod}}",
+            "decmbytes",
+        ),
+    )
 
 
 ROWS = (("vllm", "vLLM"), ("ray", "Ray"), ("k8s", "Kubernetes and the device"))

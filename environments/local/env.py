@@ -384,9 +384,15 @@ class LocalEnvironment:
         self._progress("starting the Ray head node")
         # A fault-tolerant head must outlive its GCS: nothing may end the node when gcs_server dies.
         head = start_node(
-            head_spec, "", state.ray_temp_dir, head_env, state.logs_dir, cfg.port_slot, watched=not cfg.gcs_ft,
+            head_spec,
+            "",
+            state.ray_temp_dir,
+            head_env,
+            state.logs_dir,
+            cfg.port_slot,
+            watched=not cfg.gcs_ft,
             network=node_network(state.env_id, network, 0, is_head=True),
-        )  # fmt: skip
+        )
         state.nodes.append(head)
         state.ray_address = f"{head.address}:{head.ports.gcs}"
         state.dashboard_url = f"http://127.0.0.1:{head.ports.dashboard}"

@@ -167,9 +167,11 @@ class StarvationWatch:
         reads = self._reads
         last = reads[-1] if reads else None
         if last is not None and (
-            read.busy_s < last.busy_s or read.periods < last.periods or read.throttled < last.throttled
+            read.busy_s < last.busy_s
+            or read.periods < last.periods
+            or read.throttled < last.throttled
             or read.tokens < last.tokens
-        ):  # fmt: skip
+        ):
             reads.clear()  # counters went back: a new server, or another cgroup
         reads.append(read)
         # Keep the newest read that is at least judge_busy_s of busy time old: the stretch's start.

@@ -60,11 +60,19 @@ def redis_server_path() -> str:
 def redis_argv(server: str, port: int, data_dir: Path) -> list[str]:
     """The command line of the environment's Redis: loopback only, memory only."""
     return [
-        server, "--port", str(port), "--bind", REDIS_HOST,
+        server,
+        "--port",
+        str(port),
+        "--bind",
+        REDIS_HOST,
         # Memory only: persistence would only write files the next environment never reads.
-        "--save", "", "--appendonly", "no",
-        "--dir", str(data_dir),
-    ]  # fmt: skip
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir),
+    ]
 
 
 def start_redis(

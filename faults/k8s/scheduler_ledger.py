@@ -274,11 +274,17 @@ def _wait_bound(
             name
             for name in waiting
             if not getattr(
-                getattr(read_if_exists(f"read pod {namespace}/{name}", target.core.read_namespaced_pod, name, namespace),
-                        "spec", None),
-                "node_name", None,
+                getattr(
+                    read_if_exists(
+                        f"read pod {namespace}/{name}", target.core.read_namespaced_pod, name, namespace
+                    ),
+                    "spec",
+                    None,
+                ),
+                "node_name",
+                None,
             )
-        ]  # fmt: skip
+        ]
         if not waiting:
             return
         if time.monotonic() >= deadline:

@@ -123,8 +123,12 @@ class DegradeLink(TypedFault[DegradeLinkParams, NetworkEnvironment]):
             f"degrade the link of worker node {record.name} ({record.address}, netns {record.namespace}): "
             f"{', '.join(parts)} on everything it sends, hosting {', '.join(hit) or 'no replica'}"
         )
-        state: JsonObject = {"node_name": record.name, "namespace": record.namespace, "node_address": record.address,
-                 "replicas": list(hit)}  # fmt: skip
+        state: JsonObject = {
+            "node_name": record.name,
+            "namespace": record.namespace,
+            "node_address": record.address,
+            "replicas": list(hit),
+        }
         return Planned(description, [f"netns:{record.namespace}", f"link:{record.name}"], state)
 
     def _act(

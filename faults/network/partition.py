@@ -199,8 +199,9 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
         watch = _DeadWatch()
         with _WATCHES_LOCK:
             _WATCHES[handle.id] = watch
-        threading.Thread(target=_watch_dead, args=(env, handle, watch), daemon=True,
-                         name=f"partition-{handle.id}").start()  # fmt: skip
+        threading.Thread(
+            target=_watch_dead, args=(env, handle, watch), daemon=True, name=f"partition-{handle.id}"
+        ).start()
         logger.info("cut %s off from the head (%s)", s["node_name"], params.direction)
 
     def _undo(

@@ -261,11 +261,13 @@ class LeakActors(LocalProcessFault[LeakParams]):
             "gpus_exhausted": exhausted,
             "probe_task_state": probe_state,
         }
-        timestamps = set_times({
-            "injected_at": handle.injected_at,
-            "gpus_exhausted_at": handle.state.get("gpus_exhausted_at"),
-            "reverted_at": handle.reverted_at,
-        })  # fmt: skip
+        timestamps = set_times(
+            {
+                "injected_at": handle.injected_at,
+                "gpus_exhausted_at": handle.state.get("gpus_exhausted_at"),
+                "reverted_at": handle.reverted_at,
+            }
+        )
         starting = f" ({pending_actors} more starting)" if pending_actors else ""
         reason = (
             f"{alive} {params.class_name} actors ALIVE{starting}, free GPUs fell to 0, GPU task {probe_state}"

@@ -207,13 +207,15 @@ def gcs_evidence(
         "front_door_served_by": outage.get("served_by"),
         "front_door_errors": outage.get("errors", []),
     }
-    timestamps = set_times({
-        "injected_at": injected_at,
-        "pid_gone_at": state.get("pid_gone_at"),
-        "restarted_at": restarted_at,
-        "gcs_back_at": back_at,
-        "reverted_at": reverted_at,
-    })  # fmt: skip
+    timestamps = set_times(
+        {
+            "injected_at": injected_at,
+            "pid_gone_at": state.get("pid_gone_at"),
+            "restarted_at": restarted_at,
+            "gcs_back_at": back_at,
+            "reverted_at": reverted_at,
+        }
+    )
     return Evidence(bit=bit, reason=_reason(state, symptoms, bit), symptoms=symptoms, timestamps=timestamps)
 
 
@@ -355,8 +357,11 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
         ledger.record(handle)
         logger.info(
             "%s [%s]: SIGKILLed gcs_server %d (%s)",
-            self.name, handle.id, pid, "gone" if handle.state["pid_gone_at"] else "still there",
-        )  # fmt: skip
+            self.name,
+            handle.id,
+            pid,
+            "gone" if handle.state["pid_gone_at"] else "still there",
+        )
 
     def _undo(self, env: GcsEnvironment, params: KillGcsParams, handle: FaultHandle, ledger: Ledger) -> None:
         state = handle.state
@@ -401,9 +406,11 @@ class KillGcs(TypedFault[KillGcsParams, GcsEnvironment]):
                 "`inferchaos cleanup`"
             )
         logger.info(
-            "%s [%s]: the GCS is back, %.2f s after the kill", self.name, handle.id,
+            "%s [%s]: the GCS is back, %.2f s after the kill",
+            self.name,
+            handle.id,
             state["back_at"] - float(state.get("killed_at") or handle.created_at),
-        )  # fmt: skip
+        )
 
     def _wait_back(self, env: GcsEnvironment, state: dict[str, Any], deadline: float) -> None:
         """Read the cluster until every node ALIVE before is ALIVE again, or ``deadline`` has passed."""

@@ -377,12 +377,14 @@ def controller_evidence(
         "watch_timed_out": outage.get("timed_out"),
         "kept_down_by_killing": len(killed) - 1,
     }
-    timestamps = set_times({
-        "injected_at": injected_at,
-        "pid_gone_at": state.get("pid_gone_at"),
-        "controller_back_at": back_at,
-        "reverted_at": reverted_at,
-    })  # fmt: skip
+    timestamps = set_times(
+        {
+            "injected_at": injected_at,
+            "pid_gone_at": state.get("pid_gone_at"),
+            "controller_back_at": back_at,
+            "reverted_at": reverted_at,
+        }
+    )
     return Evidence(bit=bit, reason=_reason(state, symptoms, bit), symptoms=symptoms, timestamps=timestamps)
 
 
@@ -515,8 +517,11 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
         ledger.record(handle)
         logger.info(
             "%s [%s]: SIGKILLed the Serve controller's process %d (%s)",
-            self.name, handle.id, pid, "gone" if handle.state["pid_gone_at"] else "still there",
-        )  # fmt: skip
+            self.name,
+            handle.id,
+            pid,
+            "gone" if handle.state["pid_gone_at"] else "still there",
+        )
 
     def _undo(
         self,
@@ -562,8 +567,12 @@ class KillServeController(TypedFault[KillServeControllerParams, ServeProcessEnvi
             )
         logger.info(
             "%s [%s]: the Serve controller is back as pid %s, %.2f s after the kill (seen by %s)",
-            self.name, handle.id, state["controller_after"]["pid"], state["back_at"] - killed_at, state["back_seen_by"],
-        )  # fmt: skip
+            self.name,
+            handle.id,
+            state["controller_after"]["pid"],
+            state["back_at"] - killed_at,
+            state["back_seen_by"],
+        )
 
     def _wait_back(self, state: dict[str, Any], deadline: float) -> None:
         """Read the controller until it is back or ``deadline`` has passed (at least once); record what was seen."""

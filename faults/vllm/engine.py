@@ -156,13 +156,15 @@ class KillEngine(LocalProcessFault[KillEngineParams]):
             and replacement.state == "healthy"
             and _health_status(replacement.url) == 200
         )
-        timestamps = set_times({
-            "injected_at": handle.injected_at,
-            "unhealthy_at": unhealthy_at,
-            "server_exited_at": exited_at,
-            "reverted_at": handle.reverted_at,
-            "replica_healthy_at": replacement.ready_at if healthy_again and replacement else None,
-        })  # fmt: skip
+        timestamps = set_times(
+            {
+                "injected_at": handle.injected_at,
+                "unhealthy_at": unhealthy_at,
+                "server_exited_at": exited_at,
+                "reverted_at": handle.reverted_at,
+                "replica_healthy_at": replacement.ready_at if healthy_again and replacement else None,
+            }
+        )
         symptoms = {
             "replica": handle.state["replica"],
             "engine_pid": handle.state["engine_pid"],

@@ -357,12 +357,14 @@ class FloodKvCache(TypedFault[FloodParams, StatusEnvironment]):
         before, during = handle.state.get("probe_ttft_before_s"), handle.state.get("probe_ttft_during_s")
         bit = saturated and queued
         injected = handle.injected_at or 0.0
-        timestamps = set_times({
-            "injected_at": handle.injected_at,
-            "kv_saturated_at": obs.get("saturated_at"),
-            "reverted_at": handle.reverted_at,
-            "queue_drained_at": handle.state.get("drained_at"),
-        })  # fmt: skip
+        timestamps = set_times(
+            {
+                "injected_at": handle.injected_at,
+                "kv_saturated_at": obs.get("saturated_at"),
+                "reverted_at": handle.reverted_at,
+                "queue_drained_at": handle.state.get("drained_at"),
+            }
+        )
         symptoms = {
             "target": handle.state["target"],
             "concurrency": handle.state["settings"]["concurrency"],

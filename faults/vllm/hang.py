@@ -144,8 +144,12 @@ def _resume_on_time(handle_id: str, replica: str, entries: list[ProcessEntry]) -
         return
     logger.info(
         "%s [%s]: %s: duration over, resumed pids %s (gone: %s)",
-        NAME, handle_id, replica, pid_list(sent), pid_list(gone),
-    )  # fmt: skip
+        NAME,
+        handle_id,
+        replica,
+        pid_list(sent),
+        pid_list(gone),
+    )
 
 
 @register
@@ -240,14 +244,24 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
         if not handle.state["all_stopped_at_inject"]:
             logger.warning(
                 "%s [%s]: %s: not every pid is stopped %.0f s after SIGSTOP: %s",
-                self.name, handle.id, replica, STOP_CONFIRM_S, states,
-            )  # fmt: skip
+                self.name,
+                handle.id,
+                replica,
+                STOP_CONFIRM_S,
+                states,
+            )
         if params.duration_s is not None:
             handle.state["resume_due_at"] = handle.injected_at + params.duration_s
             self._schedule_resume(handle, handle.state["resume_due_at"] - time.time())
         ledger.record(handle)
-        logger.info("%s [%s]: %s: stopped pids %s (states %s)",
-                    self.name, handle.id, replica, pid_list(stopped), states)  # fmt: skip
+        logger.info(
+            "%s [%s]: %s: stopped pids %s (states %s)",
+            self.name,
+            handle.id,
+            replica,
+            pid_list(stopped),
+            states,
+        )
         handle.state["metrics_at_inject"] = read_progress(handle.state["metrics_url"])
 
     def _schedule_resume(self, handle: FaultHandle, delay_s: float) -> None:
@@ -286,8 +300,13 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
                 handle.state.update(resumed_at=due, resumed_by="timer")
         logger.info(
             "%s [%s]: %s: sent SIGCONT to pids %s (stopped until now: %s; gone or reused: %s)",
-            self.name, handle.id, replica, pid_list(sent), pid_list(stopped_before), pid_list(gone),
-        )  # fmt: skip
+            self.name,
+            handle.id,
+            replica,
+            pid_list(sent),
+            pid_list(stopped_before),
+            pid_list(gone),
+        )
 
     def _resumed(self, handle: FaultHandle, states: dict[str, str]) -> tuple[float | None, str | None]:
         """When the processes were resumed and by what (timer, revert), or (None, None) while they hang."""
@@ -350,11 +369,13 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
             if handle.injected_at
             else None,
         }
-        timestamps = set_times({
-            "injected_at": handle.injected_at,
-            "resumed_at": resumed_at,
-            "reverted_at": handle.reverted_at,
-        })  # fmt: skip
+        timestamps = set_times(
+            {
+                "injected_at": handle.injected_at,
+                "resumed_at": resumed_at,
+                "reverted_at": handle.reverted_at,
+            }
+        )
         reason = self._reason(replica, what, pids, state, symptoms, stopped_at_inject, running)
         return Evidence(bit=bit, reason=reason, symptoms=symptoms, timestamps=timestamps)
 

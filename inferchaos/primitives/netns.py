@@ -292,8 +292,12 @@ def connects_from(namespace: str, address: str, port: int, timeout_s: float = 1.
         "except OSError: sys.exit(1)\n"
     )
     try:
-        done = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", code],
-                              capture_output=True, text=True, timeout=timeout_s + 20)  # fmt: skip
+        done = subprocess.run(
+            ["ip", "netns", "exec", namespace, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s + 20,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise NetnsError(f"could not try a connect from namespace {namespace}: {e}") from e
     if done.returncode not in (0, 1):

@@ -115,15 +115,32 @@ async def stream_completion_async(
             replica = response.headers.get("x-inferchaos-replica", "")
             if response.status_code != 200:
                 detail = (await response.aread()).decode(errors="replace")[:200]
-                return StreamResult(False, response.status_code, None, time.perf_counter() - start, 0, "",
-                                    f"HTTP {response.status_code}: {detail}", replica)  # fmt: skip
+                return StreamResult(
+                    False,
+                    response.status_code,
+                    None,
+                    time.perf_counter() - start,
+                    0,
+                    "",
+                    f"HTTP {response.status_code}: {detail}",
+                    replica,
+                )
             async for line in response.aiter_lines():
                 event = parse_sse_line(line)
                 if event is None:
                     continue
                 if event.error:
-                    return StreamResult(False, 200, times[0] if times else None, time.perf_counter() - start,
-                                        len(times), "".join(text), f"error event: {event.error}", replica, times)  # fmt: skip
+                    return StreamResult(
+                        False,
+                        200,
+                        times[0] if times else None,
+                        time.perf_counter() - start,
+                        len(times),
+                        "".join(text),
+                        f"error event: {event.error}",
+                        replica,
+                        times,
+                    )
                 if not event.has_choices:
                     continue
                 times.append(time.perf_counter() - start)
@@ -131,12 +148,30 @@ async def stream_completion_async(
                 if on_first_token is not None and len(times) == 1:
                     on_first_token()
     except (httpx.HTTPError, ValueError) as e:
-        return StreamResult(False, 0, times[0] if times else None, time.perf_counter() - start, len(times),
-                            "".join(text), f"{type(e).__name__}: {e}", replica, times)  # fmt: skip
+        return StreamResult(
+            False,
+            0,
+            times[0] if times else None,
+            time.perf_counter() - start,
+            len(times),
+            "".join(text),
+            f"{type(e).__name__}: {e}",
+            replica,
+            times,
+        )
     e2e = time.perf_counter() - start
     ok = bool(times)
-    return StreamResult(ok, 200, times[0] if times else None, e2e, len(times), "".join(text),
-                        "" if ok else "stream ended without a data chunk", replica, times)  # fmt: skip
+    return StreamResult(
+        ok,
+        200,
+        times[0] if times else None,
+        e2e,
+        len(times),
+        "".join(text),
+        "" if ok else "stream ended without a data chunk",
+        replica,
+        times,
+    )
 
 
 def stream_completion(

@@ -203,7 +203,7 @@ def _hypothesis(spec: ExperimentSpec, verdict: Verdict, phase: Phase) -> dict[st
                 _platform_recovery(recovery, _declared_from(s), verdict),
             )
             for s in slos
-        ],  # fmt: skip
+        ],
     }
 
 

@@ -84,8 +84,12 @@ class PreflightReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (``inferchaos env check --json``)."""
-        return {"env": self.env, "ok": self.ok, "missing": len(self.missing),
-                "items": [asdict(item) for item in self.items]}  # fmt: skip
+        return {
+            "env": self.env,
+            "ok": self.ok,
+            "missing": len(self.missing),
+            "items": [asdict(item) for item in self.items],
+        }
 
 
 class PreflightFailed(EnvironmentError_):
@@ -171,8 +175,12 @@ def _crd(env: K8sEnvironment, name: str) -> PreflightItem:
     served = [v.name for v in versions if v.served]
     storage = next((v.name for v in versions if v.storage), "none")
     if RAY_VERSION not in served:
-        return PreflightItem("kuberay", name, False,
-                             f"serves {', '.join(served) or 'no version'}, not {RAY_VERSION}, which the k8s probe reads")  # fmt: skip
+        return PreflightItem(
+            "kuberay",
+            name,
+            False,
+            f"serves {', '.join(served) or 'no version'}, not {RAY_VERSION}, which the k8s probe reads",
+        )
     return PreflightItem("kuberay", name, True, f"serves {', '.join(served)} (storage {storage})")
 
 
@@ -234,7 +242,9 @@ def _ray_version(client: httpx.Client, base: str) -> PreflightItem:
             False,
             f"Ray {cluster}, but this host has ray {here}: Ray Client needs the same version",
         )
-    return PreflightItem("ray", what, True, f"Ray {cluster} (dashboard API {answer.get('version', '?')}), as this host's")  # fmt: skip
+    return PreflightItem(
+        "ray", what, True, f"Ray {cluster} (dashboard API {answer.get('version', '?')}), as this host's"
+    )
 
 
 def _ray_state_api(client: httpx.Client, base: str) -> PreflightItem:
@@ -259,8 +269,14 @@ def _replicas(env: K8sEnvironment, timeout_s: float) -> list[PreflightItem]:
         return [PreflightItem("vllm", f"replicas ({vllm.label_selector})", False, str(e))]
     pods = [p for p in pods if not (p.metadata and p.metadata.deletion_timestamp)]
     if not pods:
-        return [PreflightItem("vllm", f"replicas ({vllm.label_selector})", False,
-                              f"no Pod in {env.config.kube.namespace} matches {vllm.label_selector}")]  # fmt: skip
+        return [
+            PreflightItem(
+                "vllm",
+                f"replicas ({vllm.label_selector})",
+                False,
+                f"no Pod in {env.config.kube.namespace} matches {vllm.label_selector}",
+            )
+        ]
     items = []
     with httpx.Client(timeout=timeout_s) as client:
         for pod in pods:
@@ -305,8 +321,9 @@ def _front_door(env: K8sEnvironment) -> PreflightItem:
     # on a busy cluster may take longer to start a stream than the other checks wait.
     canary = CanaryConfig(base_url=vllm.service_url.rstrip("/"), model=vllm.model, max_tokens=1)
     what = f"{canary.base_url} ({vllm.model})"
-    result = stream_completion(canary.base_url, canary.model, canary.prompt, canary.max_tokens,
-                               canary.request_timeout_s)  # fmt: skip
+    result = stream_completion(
+        canary.base_url, canary.model, canary.prompt, canary.max_tokens, canary.request_timeout_s
+    )
     if not result.ok:
         return PreflightItem("front door", what, False, f"a completion failed: {result.error}")
     return PreflightItem(

@@ -59,7 +59,7 @@ def build_probes(
             rate_per_s=pace.rate_per_s,
             request_timeout_s=pace.request_timeout_s,
             max_in_flight=pace.max_in_flight,
-        )  # fmt: skip
+        )
     )
     probes.append(canary)
     # The embedded environment's replicas publish their start-ups: the cold start that recovery
@@ -140,7 +140,7 @@ def vllm_probes(
                 r.metrics_url,
                 r.url.rstrip("/") + "/health",
                 locate=locator(r.name) if locator else None,
-            )  # fmt: skip
+            )
             for r in replicas
         ]
     selector = PromVllmSelector(

@@ -21,8 +21,14 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
 
 def _redact(value: Any, known: list[str]) -> Any:
     if isinstance(value, dict):
-        return {k: (MASK if isinstance(k, str) and SECRET_KEY.search(k) and v not in (None, "") else _redact(v, known))
-                for k, v in value.items()}  # fmt: skip
+        return {
+            k: (
+                MASK
+                if isinstance(k, str) and SECRET_KEY.search(k) and v not in (None, "")
+                else _redact(v, known)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_redact(v, known) for v in value]
     if isinstance(value, str):

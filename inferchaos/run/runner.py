@@ -359,8 +359,13 @@ class Runner:
         pace = CanaryPace(self.options.canary_rate_per_s, spec.canary_timeout_s, spec.canary_max_in_flight)
         named = slo_replicas((*spec.slos.slos, *spec.stop_conditions))
         probes, canary = self._probe_factory(self.env, pace, named)
-        sampler = Sampler(probes, timeline, self.options.interval_s, on_tick=self._on_tick(timeline),
-                          timeouts=self._timeouts(probes))  # fmt: skip
+        sampler = Sampler(
+            probes,
+            timeline,
+            self.options.interval_s,
+            on_tick=self._on_tick(timeline),
+            timeouts=self._timeouts(probes),
+        )
         await canary.start(phase_between_ticks(self.options.canary_rate_per_s, self.options.interval_s))
         sampling = asyncio.create_task(sampler.run())
         sampling.add_done_callback(self._sampler_ended)
@@ -790,14 +795,20 @@ class Runner:
         status, reason = self._status(evaluation, fault_outcome, recovery)
         stopped = status is Status.ABORTED and state.stop and state.stop.get("kind") == "stop_condition"
         failure = (
-            platform_failure(timeline, judged, evaluation.slos, self.platform(),
-                             recovery.blocked_by if recovery and not recovery.recovered else ())
+            platform_failure(
+                timeline,
+                judged,
+                evaluation.slos,
+                self.platform(),
+                recovery.blocked_by if recovery and not recovery.recovered else (),
+            )
             if (status is Status.FAILED and not reason.startswith(NO_EFFECT)) or stopped
             else None
-        )  # fmt: skip
+        )
         if failure is None and stopped and state.stop is not None:
-            failure = stop_condition_failure(timeline, str(state.stop["name"]), str(state.stop["reason"]),
-                                             self.platform())  # fmt: skip
+            failure = stop_condition_failure(
+                timeline, str(state.stop["name"]), str(state.stop["reason"]), self.platform()
+            )
         if failure is not None and failure.replica is None and failure.phase != Phase.BASELINE.value:
             # Without a replica to single out, a failure after the injection is the fault's own
             # business as far as triage can tell: the scenario's triage names it.
@@ -846,11 +857,17 @@ class Runner:
                 )
         if failure is not None:
             symptoms = (
-                fault_symptoms(timeline, str(handle.layer), injected, (reverted or time.time()) + 5.0,
-                               triage_thresholds(spec), triage_result)
+                fault_symptoms(
+                    timeline,
+                    str(handle.layer),
+                    injected,
+                    (reverted or time.time()) + 5.0,
+                    triage_thresholds(spec),
+                    triage_result,
+                )
                 if handle is not None and injected is not None
                 else ()
-            )  # fmt: skip
+            )
             triage_result = triage_failure(timeline, failure, triage_thresholds(spec), symptoms)
             failure = failure.traced_to(triage_result)
             reason = f"{reason}; not injected by the scenario: {_failure_line(failure)}"
@@ -867,7 +884,7 @@ class Runner:
             )
             if control is not None
             else None
-        )  # fmt: skip
+        )
         return Verdict(
             experiment=spec.name,
             title=spec.title,

@@ -199,8 +199,11 @@ def _fault_step(path: Path, method: list[Any]) -> FaultStep:
             module_name,
             f"{ROLLBACK_PREFIX}{func}",
         ):
-            raise _fail(path, f"method[{revert_index}].provider.func",
-                        f"a revert in the method must be {ROLLBACK_PREFIX}{func} of {module_name}, after {key}")  # fmt: skip
+            raise _fail(
+                path,
+                f"method[{revert_index}].provider.func",
+                f"a revert in the method must be {ROLLBACK_PREFIX}{func} of {module_name}, after {key}",
+            )
     arguments = provider.get("arguments", {}) or {}
     if not isinstance(arguments, dict):
         raise _fail(path, f"{key}.provider.arguments", "must be a mapping of argument names to values")
@@ -260,9 +263,12 @@ def ensure_recovery_window_is_shorter_than_the_revert(path: Path, step: FaultSte
         return
     arg = f"method[{step.index}].provider.arguments.{wait.key}"
     if rec.within_cold_starts is not None:
-        raise _fail(path, "recovery.within_cold_starts",
-                    f"a window that grows with the replicas' cold start may outlast the revert's fixed wait "
-                    f"for the platform ({arg}); give within_s alone")  # fmt: skip
+        raise _fail(
+            path,
+            "recovery.within_cold_starts",
+            f"a window that grows with the replicas' cold start may outlast the revert's fixed wait "
+            f"for the platform ({arg}); give within_s alone",
+        )
     after_revert_s = wait.after_revert_s(step.duration_s)
     if rec.within_s < after_revert_s:
         return
@@ -271,10 +277,13 @@ def ensure_recovery_window_is_shorter_than_the_revert(path: Path, step: FaultSte
         if wait.from_inject
         else f"{arg} {wait.seconds:g} s"
     )
-    raise _fail(path, "recovery.within_s",
-                f"{rec.within_s:g} s must be shorter than the revert's own wait for the platform "
-                f"({after_revert_s:g} s: {counted}): a platform back late would time out the revert, "
-                f"not fail the window; raise {arg}")  # fmt: skip
+    raise _fail(
+        path,
+        "recovery.within_s",
+        f"{rec.within_s:g} s must be shorter than the revert's own wait for the platform "
+        f"({after_revert_s:g} s: {counted}): a platform back late would time out the revert, "
+        f"not fail the window; raise {arg}",
+    )
 
 
 def _stop_conditions(path: Path, raw: Any, canary_timeout_s: float) -> tuple[Slo, ...]:

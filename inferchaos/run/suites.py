@@ -85,8 +85,9 @@ def ensure_suite_matches_env(suite: str, specs: Sequence[_NamesEnvironment], env
         if spec.env != env_name:
             hint = (
                 "; for a cluster, copy the experiments with environment.name: cluster and pass their folder as --suite"
-                if env_name == EnvName.CLUSTER else ""
-            )  # fmt: skip
+                if env_name == EnvName.CLUSTER
+                else ""
+            )
             raise ConfigError(
                 f"suite {suite}: {spec.path.name}: environment.name is {spec.env!r} but --env is {env_name!r}{hint}"
             )

@@ -65,7 +65,7 @@ RESOURCES = {
             namespaced=False,
             validated=True,
             has_status=True,
-        ),  # fmt: skip
+        ),
     )
 }
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
@@ -84,7 +84,7 @@ FIELD_LABELS = {
         "involvedObject.uid",
         "reason",
         "type",
-    },  # fmt: skip
+    },
     "deployments": {"metadata.name", "metadata.namespace"},
     "secrets": {"metadata.name", "metadata.namespace", "type"},
     "rayclusters": {"metadata.name", "metadata.namespace"},
@@ -126,8 +126,16 @@ class ApiError(Exception):
         self.code, self.reason, self.message, self.details = code, reason, message, details or {}
 
     def status(self) -> dict[str, Any]:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
-                "reason": self.reason, "details": self.details, "code": self.code}  # fmt: skip
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
 
 
 _UTC_OFFSET_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\+00:00$")
@@ -446,16 +454,23 @@ class FakeApiServer:
         except ValueError:
             return _json(ApiError(400, "BadRequest", "request body is not JSON").status(), 400)
         cluster = self.cluster
-        recorded = RecordedRequest(request.method, request.path, dict(request.query), content_type, body,
-                                   authorization=request.headers.get("Authorization", ""))  # fmt: skip
+        recorded = RecordedRequest(
+            request.method,
+            request.path,
+            dict(request.query),
+            content_type,
+            body,
+            authorization=request.headers.get("Authorization", ""),
+        )
         with cluster.lock:
             cluster.requests.append(recorded)
             if recorded.mutating:
                 for observe in cluster.observers:
                     observe(recorded)
             try:
-                payload, code = self._route(cluster, request.method, request.path, dict(request.query),
-                                            content_type, body)  # fmt: skip
+                payload, code = self._route(
+                    cluster, request.method, request.path, dict(request.query), content_type, body
+                )
             except ApiError as e:
                 payload, code = e.status(), e.code
         return _json(payload, code)
@@ -472,10 +487,17 @@ class FakeApiServer:
         if path in ("/version", "/version/"):  # the client asks for /version/, as kube-apiserver serves both
             major, minor = cluster.kube_version.split(".")
             # Every field of version.Info, as kube-apiserver 1.31 answers (the client's model requires them).
-            return {"major": major, "minor": minor, "gitVersion": f"v{cluster.kube_version}.0",
-                    "gitCommit": "9edcffcde5595e8a5b1a35f88c421764e575afce", "gitTreeState": "clean",
-                    "buildDate": "2024-08-13T07:28:49Z", "goVersion": "go1.22.5", "compiler": "gc",
-                    "platform": "linux/amd64"}, 200  # fmt: skip
+            return {
+                "major": major,
+                "minor": minor,
+                "gitVersion": f"v{cluster.kube_version}.0",
+                "gitCommit": "9edcffcde5595e8a5b1a35f88c421764e575afce",
+                "gitTreeState": "clean",
+                "buildDate": "2024-08-13T07:28:49Z",
+                "goVersion": "go1.22.5",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }, 200
         if path == ACCESS_REVIEWS and method == "POST":
             return self._review(cluster, body)
         m = re.match(
@@ -519,8 +541,17 @@ class FakeApiServer:
 
     # Each handler takes the same arguments so _route can dispatch on a table.
 
-    def _list(self, cluster: FakeCluster, resource: Resource, ns: str, name: str | None, sub: str | None,
-              query: dict[str, str], content_type: str, body: Any) -> tuple[Any, int]:  # fmt: skip
+    def _list(
+        self,
+        cluster: FakeCluster,
+        resource: Resource,
+        ns: str,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, str],
+        content_type: str,
+        body: Any,
+    ) -> tuple[Any, int]:
         items = []
         for (obj_ns, _), obj in sorted(cluster.objects[resource.plural].items()):
             if ns and obj_ns != ns:
@@ -538,22 +569,43 @@ class FakeApiServer:
             item.pop("kind", None)
             item.pop("apiVersion", None)
             items.append(item)
-        return {"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
-                "metadata": {"resourceVersion": str(cluster._rv)}, "items": items}, 200  # fmt: skip
+        return {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.api_version,
+            "metadata": {"resourceVersion": str(cluster._rv)},
+            "items": items,
+        }, 200
 
     def _existing(self, cluster: FakeCluster, resource: Resource, ns: str, name: str) -> dict[str, Any]:
         obj = cluster.objects[resource.plural].get((ns, name))
         if obj is None:
-            raise ApiError(404, "NotFound", f'{resource.plural} "{name}" not found',
-                           {"name": name, "kind": resource.plural})  # fmt: skip
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{resource.plural} "{name}" not found',
+                {"name": name, "kind": resource.plural},
+            )
         return obj
 
-    def _read(self, cluster: FakeCluster, resource: Resource, ns: str, name: str | None, sub: str | None,
-              query: dict[str, str], content_type: str, body: Any) -> tuple[Any, int]:  # fmt: skip
+    def _read(
+        self,
+        cluster: FakeCluster,
+        resource: Resource,
+        ns: str,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, str],
+        content_type: str,
+        body: Any,
+    ) -> tuple[Any, int]:
         assert name is not None
         if resource.plural == "customresourcedefinitions" and name.split(".", 1)[0] in cluster.missing_crds:
-            raise ApiError(404, "NotFound", f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found',
-                           {"name": name, "group": "apiextensions.k8s.io", "kind": "customresourcedefinitions"})  # fmt: skip
+            raise ApiError(
+                404,
+                "NotFound",
+                f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found',
+                {"name": name, "group": "apiextensions.k8s.io", "kind": "customresourcedefinitions"},
+            )
         return copy.deepcopy(self._existing(cluster, resource, ns, name)), 200
 
     def _check_schema(self, cluster: FakeCluster, method: str, path: str, obj: dict[str, Any]) -> None:
@@ -562,8 +614,17 @@ class FakeApiServer:
             cluster.rejected.append(RejectedObject(method, path, obj.get("kind", "?"), error))
             raise ApiError(422, "Invalid", f"{obj.get('kind')} is invalid: {error}")
 
-    def _create(self, cluster: FakeCluster, resource: Resource, ns: str, name: str | None, sub: str | None,
-                query: dict[str, str], content_type: str, body: Any) -> tuple[Any, int]:  # fmt: skip
+    def _create(
+        self,
+        cluster: FakeCluster,
+        resource: Resource,
+        ns: str,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, str],
+        content_type: str,
+        body: Any,
+    ) -> tuple[Any, int]:
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the body of a create must be an object")
         obj = normalize_times(body)
@@ -596,8 +657,17 @@ class FakeApiServer:
         cluster.objects[resource.plural][key] = obj
         return copy.deepcopy(obj), 201
 
-    def _patch(self, cluster: FakeCluster, resource: Resource, ns: str, name: str | None, sub: str | None,
-               query: dict[str, str], content_type: str, body: Any) -> tuple[Any, int]:  # fmt: skip
+    def _patch(
+        self,
+        cluster: FakeCluster,
+        resource: Resource,
+        ns: str,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, str],
+        content_type: str,
+        body: Any,
+    ) -> tuple[Any, int]:
         assert name is not None
         current = self._existing(cluster, resource, ns, name)
         media = content_type.split(";")[0].strip()
@@ -615,8 +685,12 @@ class FakeApiServer:
             cluster.conflict_next_patch[resource.plural] -= 1
             current["metadata"]["resourceVersion"] = cluster.next_rv()
         if patched["metadata"].get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource.plural} "{name}": '
-                           "the object has been modified; please apply your changes to the latest version and try again")  # fmt: skip
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {resource.plural} "{name}": '
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
         for immutable in ("name", "namespace", "uid", "creationTimestamp"):
             if patched["metadata"].get(immutable) != current["metadata"].get(immutable):
                 raise ApiError(422, "Invalid", f"metadata.{immutable}: field is immutable")
@@ -637,25 +711,52 @@ class FakeApiServer:
         cluster.objects[resource.plural][(ns, name)] = patched
         return copy.deepcopy(patched), 200
 
-    def _delete(self, cluster: FakeCluster, resource: Resource, ns: str, name: str | None, sub: str | None,
-                query: dict[str, str], content_type: str, body: Any) -> tuple[Any, int]:  # fmt: skip
+    def _delete(
+        self,
+        cluster: FakeCluster,
+        resource: Resource,
+        ns: str,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, str],
+        content_type: str,
+        body: Any,
+    ) -> tuple[Any, int]:
         assert name is not None
         current = self._existing(cluster, resource, ns, name)
         preconditions = (body or {}).get("preconditions") or {}
         if preconditions.get("uid") not in (None, current["metadata"]["uid"]):
-            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                           f"UID in object meta: {current['metadata']['uid']}")  # fmt: skip
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                f"UID in object meta: {current['metadata']['uid']}",
+            )
         # The kubelet would finish a graceful deletion later; the fake removes at once.
         del cluster.objects[resource.plural][(ns, name)]
         if resource.plural == "pods":
             gone = copy.deepcopy(current)
             gone["metadata"]["deletionTimestamp"] = now_rfc3339()
             return gone, 200
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": {"name": name, "kind": resource.plural, "uid": current["metadata"]["uid"]}}, 200  # fmt: skip
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {"name": name, "kind": resource.plural, "uid": current["metadata"]["uid"]},
+        }, 200
 
-    def _evict(self, cluster: FakeCluster, resource: Resource, ns: str, name: str | None, sub: str | None,
-               query: dict[str, str], content_type: str, body: Any) -> tuple[Any, int]:  # fmt: skip
+    def _evict(
+        self,
+        cluster: FakeCluster,
+        resource: Resource,
+        ns: str,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, str],
+        content_type: str,
+        body: Any,
+    ) -> tuple[Any, int]:
         assert name is not None
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the body of an eviction must be an Eviction")
@@ -670,9 +771,19 @@ class FakeApiServer:
         if preconditions.get("uid") not in (None, current["metadata"]["uid"]):
             raise ApiError(409, "Conflict", "Precondition failed: UID in precondition does not match")
         if (ns, name) in cluster.blocked_evictions:
-            raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                           {"causes": [{"reason": "DisruptionBudget",
-                                        "message": "The disruption budget vllm needs 2 healthy pods and has 2 currently"}]})  # fmt: skip
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                {
+                    "causes": [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": "The disruption budget vllm needs 2 healthy pods and has 2 currently",
+                        }
+                    ]
+                },
+            )
         del cluster.objects["pods"][(ns, name)]
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201
 
@@ -693,9 +804,15 @@ class FakeApiServer:
         denied = any(
             all(attributes.get(k, "") == v for k, v in entry.items()) for entry in cluster.denied_access
         )
-        status = {"allowed": False} if denied else {
-            "allowed": True, "reason": 'RBAC: allowed by ClusterRoleBinding "kubeadm:cluster-admins" of ClusterRole '
-                                       '"cluster-admin" to Group "kubeadm:cluster-admins"'}  # fmt: skip
+        status = (
+            {"allowed": False}
+            if denied
+            else {
+                "allowed": True,
+                "reason": 'RBAC: allowed by ClusterRoleBinding "kubeadm:cluster-admins" of ClusterRole '
+                '"cluster-admin" to Group "kubeadm:cluster-admins"',
+            }
+        )
         return {**copy.deepcopy(body), "metadata": {"creationTimestamp": None}, "status": status}, 201
 
 

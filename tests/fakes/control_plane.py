@@ -103,9 +103,14 @@ class FakeControlPlane:
             if ready == "True" and now - since >= self.node_grace_s:
                 _set_ready(node, "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
                 stamp = now_rfc3339()
-                _set_taints(node, [*node["spec"].get("taints", []),
-                                   {"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": stamp},
-                                   {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": stamp}])  # fmt: skip
+                _set_taints(
+                    node,
+                    [
+                        *node["spec"].get("taints", []),
+                        {"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": stamp},
+                        {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": stamp},
+                    ],
+                )
                 for pod in _pods_on(cluster, name):
                     _set_pod_ready(pod, False)
                     _bump(cluster, pod)
@@ -152,8 +157,13 @@ class FakeControlPlane:
             pods = _owned(cluster, ns, _selector(deployment["spec"]["selector"]))
             ready = sum(1 for p in pods if _pod_ready(p) and not p["metadata"].get("deletionTimestamp"))
             status = deployment.setdefault("status", {})
-            wanted = {"replicas": len(pods), "readyReplicas": ready, "availableReplicas": ready,
-                      "updatedReplicas": len(pods), "observedGeneration": deployment["metadata"].get("generation", 1)}  # fmt: skip
+            wanted = {
+                "replicas": len(pods),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "updatedReplicas": len(pods),
+                "observedGeneration": deployment["metadata"].get("generation", 1),
+            }
             if any(status.get(k) != v for k, v in wanted.items()):
                 status.update(wanted)
                 _bump(cluster, deployment)
@@ -201,9 +211,11 @@ class FakeControlPlane:
                 continue
             selector = _selector(term.get("labelSelector") or {})
             # Terminating Pods still count: the scheduler sees them until they are gone.
-            if any(p["metadata"]["namespace"] == pod["metadata"]["namespace"]
-                   and label_selector_matches(selector, p["metadata"].get("labels") or {})
-                   for p in _pods_on(cluster, name)):  # fmt: skip
+            if any(
+                p["metadata"]["namespace"] == pod["metadata"]["namespace"]
+                and label_selector_matches(selector, p["metadata"].get("labels") or {})
+                for p in _pods_on(cluster, name)
+            ):
                 return ANTI_AFFINITY
         return None
 
@@ -219,13 +231,24 @@ class FakeControlPlane:
             "hostIP": address,
             "podIP": self.pod_ip_for(pod),
             "startTime": stamp,
-            "conditions": [{"type": t, "status": "True", "lastTransitionTime": stamp}
-                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
-            "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "containerID":
-                                   "containerd://" + uuid.uuid4().hex * 2, "ready": True, "started": True,
-                                   "restartCount": 0, "state": {"running": {"startedAt": stamp}}}
-                                  for c in pod["spec"]["containers"]],
-        }  # fmt: skip
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": stamp}
+                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "containerID": "containerd://" + uuid.uuid4().hex * 2,
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": stamp}},
+                }
+                for c in pod["spec"]["containers"]
+            ],
+        }
         _bump(cluster, pod)
 
     def _unschedulable(
@@ -242,8 +265,13 @@ class FakeControlPlane:
         if current is not None and current.get("message") == message:
             return
         stamp = now_rfc3339()
-        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                     "lastTransitionTime": stamp}  # fmt: skip
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": stamp,
+        }
         pod["status"]["conditions"] = [c for c in conditions if c["type"] != "PodScheduled"] + [condition]
         _bump(cluster, pod)
         meta = pod["metadata"]
@@ -251,15 +279,31 @@ class FakeControlPlane:
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"],
-                         "creationTimestamp": stamp},
-            "involvedObject": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
-                               "uid": meta["uid"], "apiVersion": "v1", "resourceVersion": meta["resourceVersion"]},
-            "reason": "FailedScheduling", "message": message, "type": "Warning", "source": {},
-            "firstTimestamp": None, "lastTimestamp": None, "eventTime": micro,
-            "reportingComponent": "default-scheduler", "reportingInstance": "default-scheduler-inferchaos-control-plane",
-            "action": "Scheduling", "series": {"count": 1, "lastObservedTime": micro},
-        }  # fmt: skip
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta["namespace"],
+                "creationTimestamp": stamp,
+            },
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "apiVersion": "v1",
+                "resourceVersion": meta["resourceVersion"],
+            },
+            "reason": "FailedScheduling",
+            "message": message,
+            "type": "Warning",
+            "source": {},
+            "firstTimestamp": None,
+            "lastTimestamp": None,
+            "eventTime": micro,
+            "reportingComponent": "default-scheduler",
+            "reportingInstance": "default-scheduler-inferchaos-control-plane",
+            "action": "Scheduling",
+            "series": {"count": 1, "lastObservedTime": micro},
+        }
         cluster.add(event)
 
 
@@ -372,8 +416,12 @@ def _affinity_matches(spec: dict[str, Any], node: dict[str, Any]) -> bool:
 
 def _requirement(req: dict[str, Any], values: dict[str, str]) -> bool:
     op, key, wanted = req["operator"], req["key"], req.get("values") or []
-    return {"In": lambda: values.get(key) in wanted, "NotIn": lambda: values.get(key) not in wanted,
-            "Exists": lambda: key in values, "DoesNotExist": lambda: key not in values}[op]()  # fmt: skip
+    return {
+        "In": lambda: values.get(key) in wanted,
+        "NotIn": lambda: values.get(key) not in wanted,
+        "Exists": lambda: key in values,
+        "DoesNotExist": lambda: key not in values,
+    }[op]()
 
 
 def _extended_requests(pod: dict[str, Any]) -> dict[str, int]:
@@ -392,8 +440,11 @@ def _selector(selector: dict[str, Any]) -> str:
 
 
 def _owned(cluster: FakeCluster, ns: str, selector: str) -> list[dict[str, Any]]:
-    return [p for (pns, _), p in cluster.objects["pods"].items()
-            if pns == ns and label_selector_matches(selector, p["metadata"].get("labels") or {})]  # fmt: skip
+    return [
+        p
+        for (pns, _), p in cluster.objects["pods"].items()
+        if pns == ns and label_selector_matches(selector, p["metadata"].get("labels") or {})
+    ]
 
 
 def _pod_from_template(deployment: str, ns: str, template: dict[str, Any]) -> dict[str, Any]:
@@ -404,10 +455,21 @@ def _pod_from_template(deployment: str, ns: str, template: dict[str, Any]) -> di
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{deployment}-{digest}-{uuid.uuid4().hex[:5]}", "namespace": ns, "labels": labels,
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{deployment}-{digest}",
-                                          "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, digest)), "controller": True,
-                                          "blockOwnerDeletion": True}]},
+        "metadata": {
+            "name": f"{deployment}-{digest}-{uuid.uuid4().hex[:5]}",
+            "namespace": ns,
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{deployment}-{digest}",
+                    "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, digest)),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
         "spec": spec,
         "status": {"phase": "Pending", "qosClass": "Guaranteed"},
-    }  # fmt: skip
+    }

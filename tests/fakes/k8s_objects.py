@@ -20,21 +20,43 @@ T0 = "2025-11-29T10:00:00Z"
 VLLM_RS = "vllm-7c9d8f6b5"
 
 
-def node(name: str, gpus: int = 0, labels: dict[str, str] | None = None,
-         taints: list[dict[str, str]] | None = None, ip: str = "172.18.0.2") -> dict[str, Any]:  # fmt: skip
+def node(
+    name: str,
+    gpus: int = 0,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    ip: str = "172.18.0.2",
+) -> dict[str, Any]:
     capacity = {"cpu": "4", "memory": "16365748Ki", "pods": "110", "ephemeral-storage": "76026616Ki"}
     if gpus:
         capacity["nvidia.com/gpu"] = str(gpus)
-    spec: dict[str, Any] = {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"],
-                            "providerID": f"kind://docker/inferchaos/{name}"}  # fmt: skip
+    spec: dict[str, Any] = {
+        "podCIDR": "10.244.1.0/24",
+        "podCIDRs": ["10.244.1.0/24"],
+        "providerID": f"kind://docker/inferchaos/{name}",
+    }
     if taints:
         spec["taints"] = taints
     conditions = [
-        {"type": t, "status": "False", "reason": f"KubeletHasNo{t}", "message": f"kubelet has no {t}",
-         "lastHeartbeatTime": T0, "lastTransitionTime": T0}
+        {
+            "type": t,
+            "status": "False",
+            "reason": f"KubeletHasNo{t}",
+            "message": f"kubelet has no {t}",
+            "lastHeartbeatTime": T0,
+            "lastTransitionTime": T0,
+        }
         for t in ("MemoryPressure", "DiskPressure", "PIDPressure")
-    ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
-          "lastHeartbeatTime": T0, "lastTransitionTime": T0}]  # fmt: skip
+    ] + [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": T0,
+            "lastTransitionTime": T0,
+        }
+    ]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -47,12 +69,12 @@ def node(name: str, gpus: int = 0, labels: dict[str, str] | None = None,
                 "beta.kubernetes.io/os": "linux",
                 "beta.kubernetes.io/arch": "amd64",
                 **(labels or {}),
-            },  # fmt: skip
+            },
             "annotations": {
                 "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock",
                 "node.alpha.kubernetes.io/ttl": "0",
                 "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            },  # fmt: skip
+            },
         },
         "spec": spec,
         "status": {
@@ -72,15 +94,24 @@ def node(name: str, gpus: int = 0, labels: dict[str, str] | None = None,
                 "kubeProxyVersion": "v1.31.0",
                 "operatingSystem": "linux",
                 "architecture": "amd64",
-            },  # fmt: skip
+            },
             "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
         },
     }
 
 
-def pod(name: str, namespace: str = NS, node_name: str | None = None, labels: dict[str, str] | None = None,
-        owner: tuple[str, str] | None = None, gpus: int = 0, phase: str = "Running", restarts: int = 0,
-        annotations: dict[str, str] | None = None, image: str = "inferchaos/vllm-cpu:0.32.0") -> dict[str, Any]:  # fmt: skip
+def pod(
+    name: str,
+    namespace: str = NS,
+    node_name: str | None = None,
+    labels: dict[str, str] | None = None,
+    owner: tuple[str, str] | None = None,
+    gpus: int = 0,
+    phase: str = "Running",
+    restarts: int = 0,
+    annotations: dict[str, str] | None = None,
+    image: str = "inferchaos/vllm-cpu:0.32.0",
+) -> dict[str, Any]:
     amounts = {"cpu": "1", "memory": "2560Mi"}
     if gpus:
         amounts["nvidia.com/gpu"] = str(gpus)
@@ -95,9 +126,16 @@ def pod(name: str, namespace: str = NS, node_name: str | None = None, labels: di
             "Node": "v1",
             "RayCluster": "ray.io/v1",
         }[kind]
-        metadata["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": owner_name,
-                                        "uid": "6f1c1a51-0000-4000-8000-00000000000a", "controller": True,
-                                        "blockOwnerDeletion": True}]  # fmt: skip
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": api_version,
+                "kind": kind,
+                "name": owner_name,
+                "uid": "6f1c1a51-0000-4000-8000-00000000000a",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -108,7 +146,7 @@ def pod(name: str, namespace: str = NS, node_name: str | None = None, labels: di
                 "terminationMessagePolicy": "File",
                 "imagePullPolicy": "IfNotPresent",
             }
-        ],  # fmt: skip
+        ],
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 30,
         "dnsPolicy": "ClusterFirst",
@@ -120,18 +158,29 @@ def pod(name: str, namespace: str = NS, node_name: str | None = None, labels: di
                 "effect": "NoExecute",
                 "tolerationSeconds": 300,
             }
-        ],  # fmt: skip
+        ],
     }
     status: dict[str, Any] = {"phase": phase, "qosClass": "Guaranteed"}
     if node_name:
         spec["nodeName"] = node_name
         status.update(hostIP="172.18.0.3", podIP="10.244.1.7", startTime=T0)
     if phase == "Running":
-        status["conditions"] = [{"type": t, "status": "True", "lastTransitionTime": T0}
-                                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]  # fmt: skip
-        status["containerStatuses"] = [{"name": "main", "image": image, "imageID": f"docker.io/{image}@sha256:{'0' * 64}",
-                                        "containerID": "containerd://" + "a" * 64, "ready": True, "started": True,
-                                        "restartCount": restarts, "state": {"running": {"startedAt": T0}}}]  # fmt: skip
+        status["conditions"] = [
+            {"type": t, "status": "True", "lastTransitionTime": T0}
+            for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        status["containerStatuses"] = [
+            {
+                "name": "main",
+                "image": image,
+                "imageID": f"docker.io/{image}@sha256:{'0' * 64}",
+                "containerID": "containerd://" + "a" * 64,
+                "ready": True,
+                "started": True,
+                "restartCount": restarts,
+                "state": {"running": {"startedAt": T0}},
+            }
+        ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
 
 
@@ -140,13 +189,21 @@ def pending_pod(
 ) -> dict[str, Any]:
     """A Pod the scheduler could not place, its PodScheduled condition carrying ``message``."""
     obj = pod(name, namespace, labels=labels, owner=("ReplicaSet", VLLM_RS), gpus=1, phase="Pending")
-    obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                    "message": message, "lastTransitionTime": T0}]  # fmt: skip
+    obj["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": T0,
+        }
+    ]
     return obj
 
 
-def failed_scheduling(pod_obj: dict[str, Any], message: str, seen: str = T0, legacy: bool = False,
-                      suffix: str = "1") -> dict[str, Any]:  # fmt: skip
+def failed_scheduling(
+    pod_obj: dict[str, Any], message: str, seen: str = T0, legacy: bool = False, suffix: str = "1"
+) -> dict[str, Any]:
     """The scheduler's FailedScheduling event for ``pod_obj``.
 
     Today's scheduler writes through events.k8s.io/v1: ``eventTime`` and ``series`` are set and
@@ -168,7 +225,7 @@ def failed_scheduling(pod_obj: dict[str, Any], message: str, seen: str = T0, leg
             "uid": meta["uid"],
             "apiVersion": "v1",
             "resourceVersion": meta["resourceVersion"],
-        },  # fmt: skip
+        },
         "reason": "FailedScheduling",
         "message": message,
         "type": "Warning",
@@ -179,9 +236,15 @@ def failed_scheduling(pod_obj: dict[str, Any], message: str, seen: str = T0, leg
             firstTimestamp=seen, lastTimestamp=seen, count=3, source={"component": "default-scheduler"}
         )
     else:
-        event.update(eventTime=seen.replace("Z", ".000000Z"), firstTimestamp=None, lastTimestamp=None,
-                     reportingComponent="default-scheduler", reportingInstance="default-scheduler-inferchaos-control-plane",
-                     action="Scheduling", series={"count": 2, "lastObservedTime": seen.replace("Z", ".000000Z")})  # fmt: skip
+        event.update(
+            eventTime=seen.replace("Z", ".000000Z"),
+            firstTimestamp=None,
+            lastTimestamp=None,
+            reportingComponent="default-scheduler",
+            reportingInstance="default-scheduler-inferchaos-control-plane",
+            action="Scheduling",
+            series={"count": 2, "lastObservedTime": seen.replace("Z", ".000000Z")},
+        )
     return event
 
 
@@ -198,7 +261,7 @@ def deployment(
                     "limits": {"cpu": "1", "memory": "2560Mi", "nvidia.com/gpu": "1"},
                 },
             }
-        ],  # fmt: skip
+        ],
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 30,
     }
@@ -235,7 +298,7 @@ def deployment(
                     "lastTransitionTime": T0,
                 }
             ],
-        },  # fmt: skip
+        },
     }
 
 
@@ -262,7 +325,7 @@ def raycluster(
                     "template": {"spec": {"containers": [{"name": "ray-worker"}]}},
                 }
             ],
-        },  # fmt: skip
+        },
         "status": {
             "state": "ready",
             "readyWorkerReplicas": ready_workers,
@@ -285,13 +348,20 @@ def raycluster(
                     "message": "",
                     "lastTransitionTime": T0,
                 },
-            ],  # fmt: skip
+            ],
         },
     }
 
 
-VLLM_NODE_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-    "nodeSelectorTerms": [{"matchExpressions": [{"key": "inferchaos.io/pool", "operator": "In", "values": ["gpu"]}]}]}}}  # fmt: skip
+VLLM_NODE_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "inferchaos.io/pool", "operator": "In", "values": ["gpu"]}]}
+            ]
+        }
+    }
+}
 
 
 def raycluster_crd(versions: tuple[tuple[str, bool, bool], ...] = (("v1", True, True),)) -> dict[str, Any]:
@@ -303,47 +373,130 @@ def raycluster_crd(versions: tuple[tuple[str, bool, bool], ...] = (("v1", True, 
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "rayclusters.ray.io", "annotations": {"controller-gen.kubebuilder.io/version": "v0.16.4"}},
+        "metadata": {
+            "name": "rayclusters.ray.io",
+            "annotations": {"controller-gen.kubebuilder.io/version": "v0.16.4"},
+        },
         "spec": {
             "group": "ray.io",
-            "names": {"kind": "RayCluster", "listKind": "RayClusterList", "plural": "rayclusters", "singular": "raycluster"},
+            "names": {
+                "kind": "RayCluster",
+                "listKind": "RayClusterList",
+                "plural": "rayclusters",
+                "singular": "raycluster",
+            },
             "scope": "Namespaced",
-            "versions": [{"name": name, "served": served, "storage": storage,
-                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                          "subresources": {"status": {}}} for name, served, storage in versions],
+            "versions": [
+                {
+                    "name": name,
+                    "served": served,
+                    "storage": storage,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                    "subresources": {"status": {}},
+                }
+                for name, served, storage in versions
+            ],
         },
         "status": {
-            "acceptedNames": {"kind": "RayCluster", "listKind": "RayClusterList", "plural": "rayclusters", "singular": "raycluster"},
+            "acceptedNames": {
+                "kind": "RayCluster",
+                "listKind": "RayClusterList",
+                "plural": "rayclusters",
+                "singular": "raycluster",
+            },
             "storedVersions": [name for name, _, storage in versions if storage],
-            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                            "message": "the initial names have been accepted", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "conditions": [
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
         },
-    }  # fmt: skip
+    }
 
 
 def kind_cluster(cluster: FakeCluster) -> FakeCluster:
     """Seed ``cluster`` with the kind environment of environments/kind."""
     cluster.namespaces.add(NS)
-    cluster.add(node(CONTROL_PLANE, labels={"node-role.kubernetes.io/control-plane": ""},
-                     taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]))  # fmt: skip
+    cluster.add(
+        node(
+            CONTROL_PLANE,
+            labels={"node-role.kubernetes.io/control-plane": ""},
+            taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}],
+        )
+    )
     for i, name in enumerate(WORKERS):
         cluster.add(node(name, gpus=2, labels={"inferchaos.io/pool": "gpu"}, ip=f"172.18.0.{3 + i}"))
-        cluster.add(pod(f"{VLLM_RS}-{'abc'[i]}x{i}q", node_name=name, gpus=1, restarts=2 if i == 1 else 0,
-                        labels={"app": "vllm", "pod-template-hash": "7c9d8f6b5"}, owner=("ReplicaSet", VLLM_RS)))  # fmt: skip
-        cluster.add(pod(f"node-agent-{i}k2f", node_name=name, labels={"app": "node-agent"},
-                        owner=("DaemonSet", "node-agent")))  # fmt: skip
-        cluster.add(pod(f"kube-proxy-{i}w7z", namespace="kube-system", node_name=name, labels={"k8s-app": "kube-proxy"},
-                        owner=("DaemonSet", "kube-proxy")))  # fmt: skip
-    cluster.add(pod("raycluster-inferchaos-workers-worker-x7k2p", node_name=WORKERS[0],
-                    labels={"ray.io/cluster": "raycluster-inferchaos", "ray.io/node-type": "worker"},
-                    owner=("RayCluster", "raycluster-inferchaos")))  # fmt: skip
-    cluster.add(pod(f"static-canary-{WORKERS[0]}", node_name=WORKERS[0], labels={"app": "static-canary"},
-                    owner=("Node", WORKERS[0]), annotations={"kubernetes.io/config.mirror": "5f0c2a1e9b8d7c6a",
-                                                             "kubernetes.io/config.source": "file"}))  # fmt: skip
-    cluster.add(pod("coredns-7db6d8ff4d-p2xq9", namespace="kube-system", node_name=WORKERS[0],
-                    labels={"k8s-app": "kube-dns"}, owner=("ReplicaSet", "coredns-7db6d8ff4d")))  # fmt: skip
-    cluster.add(pod(f"etcd-{CONTROL_PLANE}", namespace="kube-system", node_name=CONTROL_PLANE,
-                    owner=("Node", CONTROL_PLANE), annotations={"kubernetes.io/config.mirror": "9a8b7c"}))  # fmt: skip
+        cluster.add(
+            pod(
+                f"{VLLM_RS}-{'abc'[i]}x{i}q",
+                node_name=name,
+                gpus=1,
+                restarts=2 if i == 1 else 0,
+                labels={"app": "vllm", "pod-template-hash": "7c9d8f6b5"},
+                owner=("ReplicaSet", VLLM_RS),
+            )
+        )
+        cluster.add(
+            pod(
+                f"node-agent-{i}k2f",
+                node_name=name,
+                labels={"app": "node-agent"},
+                owner=("DaemonSet", "node-agent"),
+            )
+        )
+        cluster.add(
+            pod(
+                f"kube-proxy-{i}w7z",
+                namespace="kube-system",
+                node_name=name,
+                labels={"k8s-app": "kube-proxy"},
+                owner=("DaemonSet", "kube-proxy"),
+            )
+        )
+    cluster.add(
+        pod(
+            "raycluster-inferchaos-workers-worker-x7k2p",
+            node_name=WORKERS[0],
+            labels={"ray.io/cluster": "raycluster-inferchaos", "ray.io/node-type": "worker"},
+            owner=("RayCluster", "raycluster-inferchaos"),
+        )
+    )
+    cluster.add(
+        pod(
+            f"static-canary-{WORKERS[0]}",
+            node_name=WORKERS[0],
+            labels={"app": "static-canary"},
+            owner=("Node", WORKERS[0]),
+            annotations={
+                "kubernetes.io/config.mirror": "5f0c2a1e9b8d7c6a",
+                "kubernetes.io/config.source": "file",
+            },
+        )
+    )
+    cluster.add(
+        pod(
+            "coredns-7db6d8ff4d-p2xq9",
+            namespace="kube-system",
+            node_name=WORKERS[0],
+            labels={"k8s-app": "kube-dns"},
+            owner=("ReplicaSet", "coredns-7db6d8ff4d"),
+        )
+    )
+    cluster.add(
+        pod(
+            f"etcd-{CONTROL_PLANE}",
+            namespace="kube-system",
+            node_name=CONTROL_PLANE,
+            owner=("Node", CONTROL_PLANE),
+            annotations={"kubernetes.io/config.mirror": "9a8b7c"},
+        )
+    )
     cluster.add(deployment("vllm", affinity=VLLM_NODE_AFFINITY))
     cluster.add(deployment("router", replicas=2, ready=2))
     cluster.add(raycluster_crd())

@@ -38,8 +38,13 @@ TOKEN_SECRET = "ray-auth-token"
 TOKEN_KEY = "auth_token"  # what up.sh writes, as KubeRay's docs do
 VLLM_LABELS = {"app": "vllm"}
 TOLERATION_S = 1
-ANTI_AFFINITY = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-    {"labelSelector": {"matchLabels": VLLM_LABELS}, "topologyKey": "kubernetes.io/hostname"}]}}  # fmt: skip
+ANTI_AFFINITY = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": VLLM_LABELS}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }
+}
 
 
 def vllm_template(port: int) -> dict[str, Any]:
@@ -49,20 +54,28 @@ def vllm_template(port: int) -> dict[str, Any]:
         "metadata": {"labels": dict(VLLM_LABELS)},
         "spec": {
             "nodeSelector": {"inferchaos.io/pool": "gpu"},
-            "tolerations": [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": TOLERATION_S}
-                            for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")],
+            "tolerations": [
+                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": TOLERATION_S}
+                for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+            ],
             "affinity": copy.deepcopy(ANTI_AFFINITY),
-            "containers": [{"name": "vllm", "image": "inferchaos/vllm-cpu:0.32.0",
-                            "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-                            "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-                            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                            "imagePullPolicy": "IfNotPresent"}],
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "inferchaos/vllm-cpu:0.32.0",
+                    "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+                    "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
             "dnsPolicy": "ClusterFirst",
             "schedulerName": "default-scheduler",
         },
-    }  # fmt: skip
+    }
 
 
 def seed_kind_environment(
@@ -76,23 +89,42 @@ def seed_kind_environment(
     ports = replica_ports or [8000] * len(WORKERS)
     hosts = replica_hosts or ["127.0.0.1"] * len(WORKERS)
     cluster.namespaces.add(NS)
-    cluster.add(node(CONTROL_PLANE, labels={"node-role.kubernetes.io/control-plane": ""},
-                     taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]))  # fmt: skip
+    cluster.add(
+        node(
+            CONTROL_PLANE,
+            labels={"node-role.kubernetes.io/control-plane": ""},
+            taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}],
+        )
+    )
     template = vllm_template(ports[0])
     for i, name in enumerate(WORKERS):
         cluster.add(node(name, gpus=2, labels={"inferchaos.io/pool": "gpu"}, ip=f"172.18.0.{3 + i}"))
-        replica = pod(f"vllm-7c9d8f6b5-{'abc'[i]}x{i}q", node_name=name, gpus=1,
-                      labels={**VLLM_LABELS, "pod-template-hash": "7c9d8f6b5"}, owner=("ReplicaSet", "vllm-7c9d8f6b5"))  # fmt: skip
+        replica = pod(
+            f"vllm-7c9d8f6b5-{'abc'[i]}x{i}q",
+            node_name=name,
+            gpus=1,
+            labels={**VLLM_LABELS, "pod-template-hash": "7c9d8f6b5"},
+            owner=("ReplicaSet", "vllm-7c9d8f6b5"),
+        )
         spec = copy.deepcopy(template["spec"])
         spec["containers"][0]["ports"][0]["containerPort"] = ports[i]
         replica["spec"] = {**replica["spec"], **spec, "nodeName": name}
         replica["status"]["podIP"] = hosts[i]
         cluster.add(replica)
-        cluster.add(pod(f"node-agent-{i}k2f", node_name=name, labels={"app": "node-agent"},
-                        owner=("DaemonSet", "node-agent")))  # fmt: skip
-    ray_worker = pod("raycluster-inferchaos-workers-worker-x7k2p", node_name=WORKERS[0],
-                     labels={"ray.io/cluster": "raycluster-inferchaos", "ray.io/node-type": "worker"},
-                     owner=("RayCluster", "raycluster-inferchaos"))  # fmt: skip
+        cluster.add(
+            pod(
+                f"node-agent-{i}k2f",
+                node_name=name,
+                labels={"app": "node-agent"},
+                owner=("DaemonSet", "node-agent"),
+            )
+        )
+    ray_worker = pod(
+        "raycluster-inferchaos-workers-worker-x7k2p",
+        node_name=WORKERS[0],
+        labels={"ray.io/cluster": "raycluster-inferchaos", "ray.io/node-type": "worker"},
+        owner=("RayCluster", "raycluster-inferchaos"),
+    )
     ray_worker["spec"] = with_default_tolerations(ray_worker["spec"])
     cluster.add(ray_worker)
     cluster.add(_deployment(template))
@@ -103,8 +135,13 @@ def seed_kind_environment(
 
 def token_secret(token: str, key: str = TOKEN_KEY, name: str = TOKEN_SECRET) -> dict[str, Any]:
     """The Ray token Secret as up.sh creates it (``kubectl create secret generic --from-literal``)."""
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": name, "namespace": NS},
-            "data": {key: base64.b64encode(token.encode()).decode()}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": NS},
+        "data": {key: base64.b64encode(token.encode()).decode()},
+    }
 
 
 def _deployment(template: dict[str, Any]) -> dict[str, Any]:
@@ -112,12 +149,25 @@ def _deployment(template: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "vllm", "namespace": NS, "generation": 1, "labels": dict(VLLM_LABELS)},
-        "spec": {"replicas": 3, "selector": {"matchLabels": dict(VLLM_LABELS)}, "template": template,
-                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
-                 "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600},
-        "status": {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3,
-                   "availableReplicas": 3},
-    }  # fmt: skip
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": dict(VLLM_LABELS)},
+            "template": template,
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
+            "revisionHistoryLimit": 10,
+            "progressDeadlineSeconds": 600,
+        },
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 3,
+            "updatedReplicas": 3,
+            "readyReplicas": 3,
+            "availableReplicas": 3,
+        },
+    }
 
 
 def make_runtime(folder: Path) -> FakeRuntime:
@@ -148,8 +198,16 @@ def control_plane(
     return FakeControlPlane(cluster_of, container_running=running, pod_ip_for=pod_ip_for)
 
 
-def k8s_env_config(folder: Path, env: str, api_url: str, ray_address: str, dashboard_url: str,
-                   front_door_url: str, runtime: FakeRuntime, model: str = "tiny-llama") -> tuple[Path, K8sEnvConfig]:  # fmt: skip
+def k8s_env_config(
+    folder: Path,
+    env: str,
+    api_url: str,
+    ray_address: str,
+    dashboard_url: str,
+    front_door_url: str,
+    runtime: FakeRuntime,
+    model: str = "tiny-llama",
+) -> tuple[Path, K8sEnvConfig]:
     """Write the config file of an environment whose kube API is the fake server; load it back."""
     data = {
         "env": env,
@@ -170,14 +228,24 @@ def k8s_state(cluster: FakeCluster) -> dict[str, Any]:
     Pod names are left out (a lost node's replica comes back as a new Pod), and events are kept
     by a real API server for an hour, so they are not part of the state either.
     """
-    nodes = {n: (o["spec"], next(c["status"] for c in o["status"]["conditions"] if c["type"] == "Ready"))
-             for (_, n), o in cluster.objects["nodes"].items()}  # fmt: skip
+    nodes = {
+        n: (o["spec"], next(c["status"] for c in o["status"]["conditions"] if c["type"] == "Ready"))
+        for (_, n), o in cluster.objects["nodes"].items()
+    }
     deployment = cluster.get("deployments", "vllm", NS)
     pods = sorted(
-        (p["metadata"]["namespace"], p["spec"].get("nodeName", ""), p["status"]["phase"],
-         ",".join(f"{k}={v}" for k, v in sorted(p["metadata"].get("labels", {}).items()) if k != "pod-template-hash"))
+        (
+            p["metadata"]["namespace"],
+            p["spec"].get("nodeName", ""),
+            p["status"]["phase"],
+            ",".join(
+                f"{k}={v}"
+                for k, v in sorted(p["metadata"].get("labels", {}).items())
+                if k != "pod-template-hash"
+            ),
+        )
         for p in cluster.objects["pods"].values()
-    )  # fmt: skip
+    )
     return {"nodes": nodes, "deployment_spec": deployment["spec"] if deployment else None, "pods": pods}
 
 

@@ -82,12 +82,32 @@ def start_locust(
     """
     folder.mkdir(parents=True, exist_ok=True)
     prefix = folder / "locust"
-    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-            "--host", host, "--csv", str(prefix), "--csv-full-history", *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--only-summary",
+        "--host",
+        host,
+        "--csv",
+        str(prefix),
+        "--csv-full-history",
+        *args,
+    ]
     output = folder / "output.txt"
     with open(output, "wb") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
     return LocustRun(argv, proc, prefix, output, time.time())
 
 

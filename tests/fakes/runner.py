@@ -171,8 +171,14 @@ class FakeLocalEnvironment:
 class FakeProbe:
     """A probe object (``name`` as the sampler knows it) reading ``readings`` from the world."""
 
-    def __init__(self, name: str, layer: Layer, world: World, readings: tuple[str, ...],
-                 labels: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        layer: Layer,
+        world: World,
+        readings: tuple[str, ...],
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.layer = layer
         self._world = world
@@ -215,8 +221,13 @@ class FakeProbeFactory:
         self.paces.append(pace)
         self.named.append(named)
         canary = FakeCanary(self.world)
-        vllm = FakeProbe("vllm@replica-0", Layer.VLLM, self.world,
-                         ("vllm.kv_cache_usage", "vllm.num_requests_waiting"), {"replica": "replica-0"})  # fmt: skip
+        vllm = FakeProbe(
+            "vllm@replica-0",
+            Layer.VLLM,
+            self.world,
+            ("vllm.kv_cache_usage", "vllm.num_requests_waiting"),
+            {"replica": "replica-0"},
+        )
         self.built = [vllm, canary]
         return [vllm, canary], canary
 
@@ -349,16 +360,49 @@ SABOTAGED_WORLD: list[World] = [World()]
 
 # -- experiments -------------------------------------------------------------------------------
 DEFAULT_SLOS: list[dict[str, Any]] = [
-    {"name": "kv_headroom_before", "probe": "vllm.kv_cache_usage", "agg": "max", "op": "<=", "threshold": 0.5,
-     "phase": "baseline"},
-    {"name": "ttft_before", "probe": "canary.ttft_s", "agg": "p95", "op": "<=", "threshold": 0.5, "phase": "baseline"},
-    {"name": "availability", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9, "phase": "during"},
-    {"name": "ttft_after", "probe": "canary.ttft_s", "agg": "p95", "op": "<=", "threshold": 0.5, "phase": "recovery",
-     "window_s": 0.5},
-]  # fmt: skip
+    {
+        "name": "kv_headroom_before",
+        "probe": "vllm.kv_cache_usage",
+        "agg": "max",
+        "op": "<=",
+        "threshold": 0.5,
+        "phase": "baseline",
+    },
+    {
+        "name": "ttft_before",
+        "probe": "canary.ttft_s",
+        "agg": "p95",
+        "op": "<=",
+        "threshold": 0.5,
+        "phase": "baseline",
+    },
+    {
+        "name": "availability",
+        "probe": "canary.success",
+        "agg": "mean",
+        "op": ">=",
+        "threshold": 0.9,
+        "phase": "during",
+    },
+    {
+        "name": "ttft_after",
+        "probe": "canary.ttft_s",
+        "agg": "p95",
+        "op": "<=",
+        "threshold": 0.5,
+        "phase": "recovery",
+        "window_s": 0.5,
+    },
+]
 # The guardrail of the stop-condition scenario: the canary must mostly succeed.
-STOP_CONDITION: dict[str, Any] = {"name": "front_door_down", "probe": "canary.success", "op": ">=",
-                                  "threshold": 0.5, "agg": "mean", "window_s": 1}  # fmt: skip
+STOP_CONDITION: dict[str, Any] = {
+    "name": "front_door_down",
+    "probe": "canary.success",
+    "op": ">=",
+    "threshold": 0.5,
+    "agg": "mean",
+    "window_s": 1,
+}
 # A during phase long enough that a run which sits it out is plainly seen to.
 LONG_DURING_S = 10.0
 DEFAULT_RECOVERY: dict[str, Any] = {"within_s": 2, "hold_s": 0.5, "steady": ["ttft_after"]}
@@ -393,10 +437,15 @@ def make_spec(
         "title": "The fake fault under the runner",
         "description": "unit test",
         "method": [action],
-        "rollbacks": [{"type": "action", "name": "revert-fake-fault",
-                       "provider": {"type": "python", "module": "tests.fake", "func": "revert_fake_fault"}}],
+        "rollbacks": [
+            {
+                "type": "action",
+                "name": "revert-fake-fault",
+                "provider": {"type": "python", "module": "tests.fake", "func": "revert_fake_fault"},
+            }
+        ],
         "slos": slos if slos is not None else DEFAULT_SLOS,
-    }  # fmt: skip
+    }
     if recovery is not None:
         raw["recovery"] = recovery
     if secrets is not None:

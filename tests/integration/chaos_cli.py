@@ -38,11 +38,20 @@ def chaos_run(experiment: Path, home: Path, folder: Path, timeout_s: float = 600
     folder.mkdir(parents=True, exist_ok=True)
     journal = folder / "journal.json"
     result = subprocess.run(
-        [str(Path(sys.executable).with_name("chaos")), "run", "--rollback-strategy=always",
-         "--journal-path", str(journal), str(experiment)],
+        [
+            str(Path(sys.executable).with_name("chaos")),
+            "run",
+            "--rollback-strategy=always",
+            "--journal-path",
+            str(journal),
+            str(experiment),
+        ],
         env={**os.environ, "INFERCHAOS_HOME": str(home)},
-        cwd=folder, capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     output = result.stdout + result.stderr
     assert journal.exists(), f"chaos run wrote no journal (exit {result.returncode}):\n{output[-3000:]}"
     return ChaosRun(result.returncode, output, json.loads(journal.read_text()))

@@ -82,8 +82,10 @@ def alerts_check(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "alerts", "check", "--prometheus", url, *args],
         env={**os.environ, "COLUMNS": "200"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_inferchaos_own_rules_cover_every_signature(deployed_rules: str) -> None:
@@ -104,8 +106,16 @@ def test_a_team_s_few_rules_leave_the_suite_s_other_signatures_uncovered(team_ru
     # The default suite shows every signature but the two Kubernetes ones, GCS loss (suite ha),
     # and these two: a bare `up` alert reads what both replica_down and network_partition read.
     named = lines[0]
-    for signature in ("engine_hang", "slow_replica", "placement_group_stall", "actor_leak", "node_loss",
-                      "serve_controller_loss", "gpu_memory_squat", "slow_link"):  # fmt: skip
+    for signature in (
+        "engine_hang",
+        "slow_replica",
+        "placement_group_stall",
+        "actor_leak",
+        "node_loss",
+        "serve_controller_loss",
+        "gpu_memory_squat",
+        "slow_link",
+    ):
         assert signature in named, named
     for signature in ("kv_cache_flood", "replica_down", "network_partition", "pods_pending", "gcs_loss"):
         assert signature not in named, named

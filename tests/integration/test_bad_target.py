@@ -65,8 +65,10 @@ def test_a_partition_of_a_worker_that_does_not_exist_exits_2_and_makes_nothing(
     result = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "run", str(UNKNOWN_WORKER), "--out", str(out)],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"

@@ -89,16 +89,27 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
     skip_unless_it_can_run(scenario, local_env)
     wait_until_whole(local_env)
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.cli.main", "run", str(CONTROLS / f"{scenario}.yaml"),
-         "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "inferchaos.cli.main",
+            "run",
+            str(CONTROLS / f"{scenario}.yaml"),
+            "--out",
+            str(tmp_path),
+        ],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     (run_dir,) = sorted(tmp_path.glob(f"*-{scenario}.control"))
     verdict = json.loads((run_dir / "verdict.json").read_text())
     slos = {s["name"]: (s["ok"], s["observed"]) for s in verdict["slos"]}
-    print(f"{scenario}.control: {verdict['status']} — {verdict['reason']}; triage {verdict['triage']['layer']}; "
-          f"slos {slos}; control {verdict['control']}")  # fmt: skip
+    print(
+        f"{scenario}.control: {verdict['status']} — {verdict['reason']}; triage {verdict['triage']['layer']}; "
+        f"slos {slos}; control {verdict['control']}"
+    )
     layer, must_fail = EXPECTED[scenario]
     assert result.returncode == 1, f"{verdict['reason']}\n{result.stderr[-2000:]}"
     # Failed, or aborted by a stop condition (no replica left to serve): judged either way.

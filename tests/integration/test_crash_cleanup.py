@@ -154,8 +154,11 @@ def test_cleanup_after_kill_9_restores_the_environment(
     env = {**os.environ, "INFERCHAOS_HOME": str(integration_home)}
     runner = subprocess.Popen(
         [sys.executable, "-m", "inferchaos.cli.main", "run", str(experiment), "--out", str(tmp_path)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -172,8 +175,11 @@ def test_cleanup_after_kill_9_restores_the_environment(
 
     cleanup = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "cleanup"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(f"{case}: cleanup rc {cleanup.returncode}: {cleanup.stdout[-1500:]}")
     assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
     for fault in acting:

@@ -44,8 +44,11 @@ EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "gcs_loss.yam
 def _cli(args: list[str], home: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", *args],
-        env={**os.environ, "INFERCHAOS_HOME": str(home)}, capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+        env={**os.environ, "INFERCHAOS_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def _gcs_pids(env: LocalEnvironment) -> list[int]:
@@ -160,8 +163,10 @@ def test_cleanup_after_kill_9_of_the_runner_mid_outage_restarts_the_gcs(
     runner = subprocess.Popen(
         [sys.executable, "-m", "inferchaos.cli.main", "run", str(EXPERIMENT), "--out", str(tmp_path)],
         env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and runner.poll() is None:
@@ -196,8 +201,9 @@ def test_gameday_ha_passes_and_its_control_fails_as_expected(
 ) -> None:
     wait_until_whole(gcs_env)
     # --strict: a scenario skipped here (exit 0 otherwise) fails the day, as CI requires.
-    result = _cli(["gameday", "--suite", "ha", "--controls", "--strict", "--out", str(tmp_path)],
-                  integration_home, 900)  # fmt: skip
+    result = _cli(
+        ["gameday", "--suite", "ha", "--controls", "--strict", "--out", str(tmp_path)], integration_home, 900
+    )
     print(result.stdout[-4000:], result.stderr[-2000:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "gcs_loss.control" in result.stdout

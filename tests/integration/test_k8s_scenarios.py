@@ -73,8 +73,16 @@ class FakeK8s:
 
     def config(self, env: str) -> tuple[Path, K8sEnvironment]:
         state = self.local.load_state()
-        path, config = k8s_env_config(self.folder, env, self.server.url, state.ray_address, state.dashboard_url,
-                                      state.front_door_url, self.runtime, model=state.served_model_name)  # fmt: skip
+        path, config = k8s_env_config(
+            self.folder,
+            env,
+            self.server.url,
+            state.ray_address,
+            state.dashboard_url,
+            state.front_door_url,
+            self.runtime,
+            model=state.served_model_name,
+        )
         return path, K8sEnvironment(config)
 
 
@@ -177,8 +185,10 @@ def test_dry_run_from_the_cli_touches_nothing(
     cluster = fake_k8s.reseed()
     path, _ = fake_k8s.config("kind")
     with pytest.raises(SystemExit) as done:
-        cli.main(["run", str(EXPERIMENTS / f"{name}.yaml"), "--env", "kind", "--config", str(path), "--dry-run"],
-                 standalone_mode=False)  # fmt: skip
+        cli.main(
+            ["run", str(EXPERIMENTS / f"{name}.yaml"), "--env", "kind", "--config", str(path), "--dry-run"],
+            standalone_mode=False,
+        )
     out = capsys.readouterr().out
     assert done.value.code == 0, out
     assert "would touch:" in out and "environment: kind" in out

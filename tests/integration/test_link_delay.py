@@ -75,8 +75,13 @@ def head(plan: NetnsPlan) -> Iterator[socket.socket]:
 
 
 def _in_namespace(namespace: str, code: str, timeout_s: float = 30) -> str:
-    done = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", code],
-                          capture_output=True, text=True, timeout=timeout_s, check=True)  # fmt: skip
+    done = subprocess.run(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    )
     return done.stdout
 
 
@@ -126,10 +131,18 @@ def _udp_arrivals(plan: NetnsPlan, worker: int, sent: int) -> int:
 
 def _link_state(namespace: str) -> tuple[str, str]:
     """The namespace's mangle rules and qdiscs, as `iptables -S` and `tc -j` print them."""
-    rules = subprocess.run(["ip", "netns", "exec", namespace, IPTABLES, "-t", "mangle", "-S"],
-                           capture_output=True, text=True, check=True)  # fmt: skip
-    qdiscs = subprocess.run(["ip", "netns", "exec", namespace, "tc", "-j", "qdisc", "show"],
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    rules = subprocess.run(
+        ["ip", "netns", "exec", namespace, IPTABLES, "-t", "mangle", "-S"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    qdiscs = subprocess.run(
+        ["ip", "netns", "exec", namespace, "tc", "-j", "qdisc", "show"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return rules.stdout, qdiscs.stdout
 
 
@@ -150,8 +163,9 @@ def degrade(plan: NetnsPlan, tmp_path: Path) -> Iterator[Degrade]:
     applied: list[AppliedDegradation] = []
 
     def apply(handle_id: str, degradation: LinkDegradation) -> AppliedDegradation:
-        made = apply_link_degradation(namespace, handle_id, degradation, tmp_path / f"{handle_id}.log",
-                                      dict(os.environ))  # fmt: skip
+        made = apply_link_degradation(
+            namespace, handle_id, degradation, tmp_path / f"{handle_id}.log", dict(os.environ)
+        )
         applied.append(made)
         return made
 
@@ -199,8 +213,9 @@ def test_loss_drops_its_share_of_what_the_worker_sends_and_all_of_it_cuts_the_li
     assert not _connects(plan, 0, timeout_s=1.5), "every SYN is lost"
 
 
-def test_a_delayer_that_dies_leaves_the_link_open_rather_than_cut(plan: NetnsPlan, head: socket.socket,
-                                                                   degrade: Degrade) -> None:  # fmt: skip
+def test_a_delayer_that_dies_leaves_the_link_open_rather_than_cut(
+    plan: NetnsPlan, head: socket.socket, degrade: Degrade
+) -> None:
     made = degrade("dying-delayer", LinkDegradation(0, loss_pct=100))
     assert made.delayer_pid is not None and not _connects(plan, 0, timeout_s=1.5)
     os.kill(made.delayer_pid, signal.SIGKILL)

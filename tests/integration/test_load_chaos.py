@@ -35,14 +35,24 @@ def _runner(
     home: Path, out: Path, *extra: str, experiment: Path = EXPERIMENTS / "kv_flood.yaml"
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "inferchaos.cli.main", "run", str(experiment),
-         "--load", "steady", "--out", str(out), *extra],
+        [
+            sys.executable,
+            "-m",
+            "inferchaos.cli.main",
+            "run",
+            str(experiment),
+            "--load",
+            "steady",
+            "--out",
+            str(out),
+            *extra,
+        ],
         env={**os.environ, "INFERCHAOS_HOME": str(home)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
 
 
 def _locust_processes(home: Path) -> list[psutil.Process]:
@@ -190,8 +200,13 @@ def test_locust_ends_itself_when_the_runner_is_killed(
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(timeout=30)
         # The kill may land after the flood began; the ledger knows what to revert.
-        cleanup = subprocess.run([sys.executable, "-m", "inferchaos.cli.main", "cleanup"], capture_output=True, text=True,
-                                 env={**os.environ, "INFERCHAOS_HOME": str(integration_home)}, timeout=120)  # fmt: skip
+        cleanup = subprocess.run(
+            [sys.executable, "-m", "inferchaos.cli.main", "cleanup"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "INFERCHAOS_HOME": str(integration_home)},
+            timeout=120,
+        )
         assert cleanup.returncode == 0, cleanup.stderr
     # Locust leads its own process group, so the kill missed it; it watches the runner's pid.
     _wait_for(lambda: _locust_processes(integration_home) == [], "Locust outlived its runner", 15)

@@ -42,8 +42,9 @@ def test_completion_streams_through_the_front_door(local_env: LocalEnvironment) 
     status = local_env.status()
     # The tiny generated model may sample end-of-text first: one chunk with no text, which
     # says nothing of the front door. Ignoring it, every answer streams its 12 tokens.
-    result = stream_completion(status.front_door.url, status.model.name, "The platform is", max_tokens=12,
-                               extra={"ignore_eos": True})  # fmt: skip
+    result = stream_completion(
+        status.front_door.url, status.model.name, "The platform is", max_tokens=12, extra={"ignore_eos": True}
+    )
     assert result.ok, result.error
     assert result.chunks >= 2, "the front door must stream chunk by chunk, not buffer the answer"
     assert result.ttft_s is not None and 0 < result.ttft_s < result.e2e_s

@@ -42,8 +42,12 @@ def plan() -> Iterator[NetnsPlan]:
 
 
 def _in_namespace(namespace: str, code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", code],
-                          capture_output=True, text=True, timeout=20)  # fmt: skip
+    return subprocess.run(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
 
 
 def _tcp_connects(plan: NetnsPlan, worker: int) -> bool:
@@ -70,8 +74,11 @@ def _udp_from_head_arrives(plan: NetnsPlan, worker: int) -> bool:
         f"s.bind(('{address}', {PORT})); s.settimeout(3); print('ready', flush=True); "
         "sys.exit(0 if s.recv(8) == b'x' else 1)"
     )
-    child = subprocess.Popen(["ip", "netns", "exec", plan.namespace(worker), sys.executable, "-c", listen],
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        ["ip", "netns", "exec", plan.namespace(worker), sys.executable, "-c", listen],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as head:
@@ -125,10 +132,24 @@ def test_env_up_on_a_subnet_that_overlaps_a_host_route_exits_2_before_anything_s
     before = sorted(host_names())
     home = tmp_path / "home"
     result = subprocess.run(
-        [sys.executable, "-m", "inferchaos.cli.main", "env", "up", "--network", "netns",
-         "--subnet", str(taken), "--front-door-port", "18397"],
-        env={**os.environ, "INFERCHAOS_HOME": str(home)}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "inferchaos.cli.main",
+            "env",
+            "up",
+            "--network",
+            "netns",
+            "--subnet",
+            str(taken),
+            "--front-door-port",
+            "18397",
+        ],
+        env={**os.environ, "INFERCHAOS_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1 and f"--subnet {taken} overlaps the host route" in lines[0], result.stderr
@@ -141,9 +162,19 @@ def test_a_process_started_in_a_workers_namespace_has_its_address_and_still_sees
 ) -> None:
     """Replicas start inside the namespace and need the host's cgroups (memory budgets, CPU quotas)."""
     code = "import os; print(sorted(os.listdir('/sys/fs/cgroup')))"
-    listed = subprocess.run(in_namespace_argv(plan.namespace(0), [sys.executable, "-c", code]),
-                            capture_output=True, text=True, timeout=20, check=True)  # fmt: skip
+    listed = subprocess.run(
+        in_namespace_argv(plan.namespace(0), [sys.executable, "-c", code]),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
     assert listed.stdout.splitlines()[0] == str(sorted(os.listdir("/sys/fs/cgroup")))
-    addresses = subprocess.run(in_namespace_argv(plan.namespace(0), ["ip", "-4", "-br", "addr"]),
-                               capture_output=True, text=True, timeout=20, check=True)  # fmt: skip
+    addresses = subprocess.run(
+        in_namespace_argv(plan.namespace(0), ["ip", "-4", "-br", "addr"]),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
     assert str(plan.address(0)) in addresses.stdout

@@ -168,8 +168,10 @@ async def _settled(prometheus: PrometheusRecord, replicas: list[ReplicaStatus]) 
         for r in replicas:
             mine = _values(await direct[r.name].read())
             through = _values(await PrometheusVllmProbe(r.name, source).read())
-            print(f"{r.name} settled: direct {mine['vllm.generation_tokens_total']:g} tokens, "
-                  f"through prometheus {through['vllm.generation_tokens_total']:g}")  # fmt: skip
+            print(
+                f"{r.name} settled: direct {mine['vllm.generation_tokens_total']:g} tokens, "
+                f"through prometheus {through['vllm.generation_tokens_total']:g}"
+            )
             for counter in ("vllm.generation_tokens_total", "vllm.prompt_tokens_total"):
                 assert through[counter] == mine[counter], (r.name, counter)
     finally:
@@ -286,7 +288,14 @@ def test_the_ray_probe_through_prometheus_reads_what_the_state_api_reads(
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    every_up = wait_until(lambda: len(_up(prometheus.url, "ray")) >= 3 and all(v == 1.0 for v in _up(prometheus.url, "ray").values()), 30.0, 0.5)  # fmt: skip
+    every_up = wait_until(
+        lambda: (
+            len(_up(prometheus.url, "ray")) >= 3
+            and all(v == 1.0 for v in _up(prometheus.url, "ray").values())
+        ),
+        30.0,
+        0.5,
+    )
     assert every_up is not None, f"Ray's nodes never all up: {_up(prometheus.url, 'ray')}"
     state_api = RayProbe(local_env.load_state().dashboard_url, local_env.connect_ray)
     through = PrometheusRayProbe(prometheus.url, PromRaySelector(f'job="{RAY_JOB}"'))
@@ -341,7 +350,9 @@ def test_the_dashboards_vllm_and_ray_queries_return_data_from_the_real_prometheu
     Kubernetes and device panels read kube-state-metrics and DCGM, which the local environment
     has neither of (the scraped stand-in tests read the kube ones)."""
     status = local_env.status()
-    every_up = wait_until(lambda: len(_up(prometheus.url, "ray")) >= 3 and len(_up(prometheus.url, VLLM_JOB)) >= 2, 30.0, 0.5)  # fmt: skip
+    every_up = wait_until(
+        lambda: len(_up(prometheus.url, "ray")) >= 3 and len(_up(prometheus.url, VLLM_JOB)) >= 2, 30.0, 0.5
+    )
     assert every_up is not None
     for _ in range(6):
         stream_completion(status.front_door.url, status.model.name, "dashboards", max_tokens=8)
@@ -373,7 +384,9 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
     from inferchaos.faults.vllm.hang import HangEngine
 
     status = local_env.status()
-    every_up = wait_until(lambda: len(_up(prometheus.url, "ray")) >= 3 and len(_up(prometheus.url, VLLM_JOB)) >= 2, 30.0, 0.5)  # fmt: skip
+    every_up = wait_until(
+        lambda: len(_up(prometheus.url, "ray")) >= 3 and len(_up(prometheus.url, VLLM_JOB)) >= 2, 30.0, 0.5
+    )
     assert every_up is not None
     stop = threading.Event()
 

@@ -80,8 +80,12 @@ class Installed:
         """``argv`` (its first word looked up in the venv's bin/) in the empty folder."""
         done = subprocess.run(
             [str(self.venv / "bin" / argv[0]), *argv[1:]],
-            cwd=self.empty, env=self.env, capture_output=True, text=True, timeout=timeout_s,
-        )  # fmt: skip
+            cwd=self.empty,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         return Result(done.returncode, done.stdout, done.stderr)
 
     def python(self, code: str) -> str:
@@ -95,8 +99,10 @@ def _install(venv: Path, wheel: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
     done = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
-        capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )
     if done.returncode != 0:
         output = done.stdout + done.stderr
         if any(marker in output for marker in UNREACHABLE):

@@ -124,10 +124,20 @@ def test_the_check_names_the_suite_s_uncovered_signatures_only() -> None:
 
 
 def test_a_rules_answer_is_read_and_anything_else_refused() -> None:
-    payload = {"status": "success", "data": {"groups": [{"name": "g", "rules": [
-        {"type": "alerting", "name": "A", "query": "up == 0", "health": "ok"},
-        {"type": "recording", "name": "r:up", "query": "sum(up)"},
-    ]}]}}  # fmt: skip
+    payload = {
+        "status": "success",
+        "data": {
+            "groups": [
+                {
+                    "name": "g",
+                    "rules": [
+                        {"type": "alerting", "name": "A", "query": "up == 0", "health": "ok"},
+                        {"type": "recording", "name": "r:up", "query": "sum(up)"},
+                    ],
+                }
+            ]
+        },
+    }
     assert rules_of(payload, "http://p") == [
         PromRule("alerting", "A", "up == 0", "g"),
         PromRule("recording", "r:up", "sum(up)", "g"),

@@ -38,8 +38,11 @@ def _cli(args: list[str], home: Path, path: str | None = None) -> subprocess.Com
         env["PATH"] = path
     return subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", *args],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _one_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -97,11 +100,18 @@ def test_the_redis_port_is_past_every_nodes_ports_within_the_slot(slot: int) -> 
 
 def test_the_state_file_keeps_the_redis_record(tmp_path: Path) -> None:
     state = LocalEnvState(
-        env_id="e1", created_at=0.0, config=LocalEnvConfig(gcs_ft=True), state_dir=str(tmp_path),
-        ray_temp_dir=str(tmp_path / "ray"), ray_address="127.0.0.2:61006", dashboard_url="http://127.0.0.1:61007",
-        front_door_url="http://127.0.0.1:8000", model_dir="", served_model_name="tiny",
+        env_id="e1",
+        created_at=0.0,
+        config=LocalEnvConfig(gcs_ft=True),
+        state_dir=str(tmp_path),
+        ray_temp_dir=str(tmp_path / "ray"),
+        ray_address="127.0.0.2:61006",
+        dashboard_url="http://127.0.0.1:61007",
+        front_door_url="http://127.0.0.1:8000",
+        model_dir="",
+        served_model_name="tiny",
         redis=RedisRecord(pid=42, port=61190, log_path="x.log", create_time=1.5),
-    )  # fmt: skip
+    )
     state.save()
     loaded = LocalEnvState.load(tmp_path)
     assert loaded.config.gcs_ft and loaded.redis == state.redis

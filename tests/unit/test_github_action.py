@@ -66,8 +66,15 @@ def test_every_run_input_reaches_the_script() -> None:
         assert run["env"][variable] == f"${{{{ inputs.{name} }}}}", name
         assert variable in SCRIPT.read_text(), variable
     assert set(ACTION["inputs"]) - {"install", "python-version", "artifact-name"} == {
-        "env", "config", "suite", "experiments", "controls", "dry-run-first", "args", "out"
-    }  # fmt: skip
+        "env",
+        "config",
+        "suite",
+        "experiments",
+        "controls",
+        "dry-run-first",
+        "args",
+        "out",
+    }
 
 
 def test_a_bad_experiment_in_the_list_stops_the_gate_with_2_before_any_run(tmp_path: Path) -> None:

@@ -112,15 +112,17 @@ def test_the_bind_asks_for_an_ack_and_copies_metadata_only() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"delay_ms": -1}, "delay_ms: must be at least 0, got -1"),
-     ({"delay_ms": 10, "jitter_ms": -0.5}, "jitter_ms: must be at least 0, got -0.5"),
-     ({"delay_ms": 10, "loss_pct": 100.5}, "loss_pct: must be at most 100, got 100.5"),
-     ({"delay_ms": 10, "loss_pct": -1}, "loss_pct: must be at least 0, got -1"),
-     ({"delay_ms": 10, "rate_kbit": 0}, "rate_kbit: must be more than 0, got 0"),
-     ({"delay_ms": 10, "rate_kbit": 1.5}, "rate_kbit: must be a whole number of kbit/s, got 1.5"),
-     ({"delay_ms": float("nan")}, "delay_ms: must be a finite number, got nan"),
-     ({"delay_ms": "50"}, "delay_ms: must be a number, got str '50'")],
-)  # fmt: skip
+    [
+        ({"delay_ms": -1}, "delay_ms: must be at least 0, got -1"),
+        ({"delay_ms": 10, "jitter_ms": -0.5}, "jitter_ms: must be at least 0, got -0.5"),
+        ({"delay_ms": 10, "loss_pct": 100.5}, "loss_pct: must be at most 100, got 100.5"),
+        ({"delay_ms": 10, "loss_pct": -1}, "loss_pct: must be at least 0, got -1"),
+        ({"delay_ms": 10, "rate_kbit": 0}, "rate_kbit: must be more than 0, got 0"),
+        ({"delay_ms": 10, "rate_kbit": 1.5}, "rate_kbit: must be a whole number of kbit/s, got 1.5"),
+        ({"delay_ms": float("nan")}, "delay_ms: must be a finite number, got nan"),
+        ({"delay_ms": "50"}, "delay_ms: must be a number, got str '50'"),
+    ],
+)
 def test_a_degradation_out_of_range_is_one_line_naming_its_key(
     kwargs: dict[str, object], message: str
 ) -> None:
@@ -148,10 +150,29 @@ def test_the_rule_and_its_delete_are_the_same_spec_named_after_the_injection() -
     append, delete = nfqueue_commands(NS, "inj-1")
     queue = str(queue_number("inj-1"))
     assert append == [
-        "ip", "netns", "exec", NS, "iptables-legacy", "-w", "5", "-t", "mangle", "-A", "OUTPUT",
-        "-o", "eth0", "-m", "comment", "--comment", "inferchaos:inj-1",
-        "-j", "NFQUEUE", "--queue-num", queue, "--queue-bypass",
-    ]  # fmt: skip
+        "ip",
+        "netns",
+        "exec",
+        NS,
+        "iptables-legacy",
+        "-w",
+        "5",
+        "-t",
+        "mangle",
+        "-A",
+        "OUTPUT",
+        "-o",
+        "eth0",
+        "-m",
+        "comment",
+        "--comment",
+        "inferchaos:inj-1",
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        queue,
+        "--queue-bypass",
+    ]
     assert delete == [*append[:9], "-D", *append[10:]]
     assert nfqueue_commands(NS, "inj-1", "iptables-nft")[0][4] == "iptables-nft"
     # Two injections get two queues (a second delayer on one namespace cannot share the first's).
@@ -161,8 +182,27 @@ def test_the_rule_and_its_delete_are_the_same_spec_named_after_the_injection() -
 def test_the_qdisc_and_its_delete_name_the_injections_handle() -> None:
     add, delete = tbf_commands(NS, "inj-1", 8000)
     handle = tbf_handle("inj-1")
-    assert add == ["ip", "netns", "exec", NS, "tc", "qdisc", "add", "dev", "eth0", "root", "handle", handle,
-                   "tbf", "rate", "8000kbit", "burst", "10000", "latency", "200ms"]  # fmt: skip
+    assert add == [
+        "ip",
+        "netns",
+        "exec",
+        NS,
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        "eth0",
+        "root",
+        "handle",
+        handle,
+        "tbf",
+        "rate",
+        "8000kbit",
+        "burst",
+        "10000",
+        "latency",
+        "200ms",
+    ]
     assert delete == [*add[:6], "del", *add[7:12]]
     # A slow link's bucket still holds two full frames.
     assert tbf_commands(NS, "inj-1", 100)[0][16] == "3028"
@@ -173,9 +213,24 @@ def test_the_qdisc_and_its_delete_name_the_injections_handle() -> None:
 def test_the_delayer_runs_by_module_inside_the_namespace_with_what_was_asked() -> None:
     argv = delayer_argv(NS, 12, LinkDegradation(200, 5, 1.5, jitter=Jitter.NORMAL))
     assert argv == [
-        "ip", "netns", "exec", NS, sys.executable, "-m", "inferchaos.primitives.link_delay",
-        "--queue", "12", "--delay-ms", "200.0", "--jitter-ms", "5.0", "--loss-pct", "1.5", "--jitter", "normal",
-    ]  # fmt: skip
+        "ip",
+        "netns",
+        "exec",
+        NS,
+        sys.executable,
+        "-m",
+        "inferchaos.primitives.link_delay",
+        "--queue",
+        "12",
+        "--delay-ms",
+        "200.0",
+        "--jitter-ms",
+        "5.0",
+        "--loss-pct",
+        "1.5",
+        "--jitter",
+        "normal",
+    ]
 
 
 def test_the_delayer_refuses_bad_arguments_before_it_binds_anything() -> None:

@@ -20,13 +20,15 @@ from inferchaos.primitives.netns import (
 )
 
 # `ip -j -4 route show table all` of a host with Docker's bridge and a VPN route.
-ROUTES = json.dumps([
-    {"dst": "default", "gateway": "192.168.1.1", "dev": "eth0"},
-    {"dst": "172.17.0.0/16", "dev": "docker0"},
-    {"dst": "10.213.0.128/25", "dev": "tun0"},
-    {"dst": "192.168.1.0/24", "dev": "eth0"},
-    {"dst": "127.0.0.0/8", "dev": "lo", "table": "local"},
-])  # fmt: skip
+ROUTES = json.dumps(
+    [
+        {"dst": "default", "gateway": "192.168.1.1", "dev": "eth0"},
+        {"dst": "172.17.0.0/16", "dev": "docker0"},
+        {"dst": "10.213.0.128/25", "dev": "tun0"},
+        {"dst": "192.168.1.0/24", "dev": "eth0"},
+        {"dst": "127.0.0.0/8", "dev": "lo", "table": "local"},
+    ]
+)
 
 
 def test_a_subnet_that_overlaps_a_host_route_is_found_and_the_default_route_is_not() -> None:
@@ -49,9 +51,13 @@ def test_a_subnet_that_overlaps_a_host_route_is_found_and_the_default_route_is_n
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("10.213.0.0/33", "is not an IPv4 subnet"), ("10.213.0.1/24", "has host bits set"),
-     ("fd00::/64", "is not an IPv4 subnet"), ("10.213.0.0/30", "too few addresses")],
-)  # fmt: skip
+    [
+        ("10.213.0.0/33", "is not an IPv4 subnet"),
+        ("10.213.0.1/24", "has host bits set"),
+        ("fd00::/64", "is not an IPv4 subnet"),
+        ("10.213.0.0/30", "too few addresses"),
+    ],
+)
 def test_a_bad_subnet_is_one_line_naming_the_flag(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as error:
         parse_subnet(text)

@@ -26,12 +26,21 @@ from inferchaos.steady_state.network_probe import NetworkProbe, NodeLink
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"direction": "sideways"}, "network.partition_node: direction: must be one of both, in, out; got 'sideways'"),
-        ({"node": "worker-1", "replica": 0}, "network.partition_node: node: name the node or the replica it hosts, not both"),
+        (
+            {"direction": "sideways"},
+            "network.partition_node: direction: must be one of both, in, out; got 'sideways'",
+        ),
+        (
+            {"node": "worker-1", "replica": 0},
+            "network.partition_node: node: name the node or the replica it hosts, not both",
+        ),
         ({"settle_s": -1}, "network.partition_node: settle_s: must be more than 0 seconds, got -1"),
-        ({"duration": 3}, "network.partition_node: unknown parameter(s) duration; known: node, replica, direction, settle_s, allow_total_outage"),
+        (
+            {"duration": 3},
+            "network.partition_node: unknown parameter(s) duration; known: node, replica, direction, settle_s, allow_total_outage",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_parameters_are_one_line_and_exit_2(params: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as raised:
         PartitionNode().parse(params)
@@ -110,10 +119,13 @@ def test_the_probe_reports_each_link_by_node() -> None:
         ({"loss_pct": 101}, "network.degrade_link: loss_pct: must be at most 100, got 101"),
         ({"loss_pct": -1}, "network.degrade_link: loss_pct: must be at least 0, got -1"),
         ({"rate_kbit": 0}, "network.degrade_link: rate_kbit: must be more than 0, got 0"),
-        ({}, "network.degrade_link: delay_ms: nothing to degrade: set delay_ms, jitter_ms, loss_pct or rate_kbit"),
+        (
+            {},
+            "network.degrade_link: delay_ms: nothing to degrade: set delay_ms, jitter_ms, loss_pct or rate_kbit",
+        ),
         ({"delay_ms": 2000}, "network.degrade_link: delay_ms: delay_ms + jitter_ms must be at most 1500"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_degradation_is_one_line_and_exit_2(params: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as raised:
         DegradeLink().parse(params)

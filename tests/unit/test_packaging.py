@@ -25,8 +25,10 @@ def _tracked(folder: str) -> list[str]:
     """The repository's files under ``folder`` (tracked, or new and not ignored)."""
     listed = subprocess.run(
         ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", folder],
-        check=True, capture_output=True, text=True,
-    ).stdout.split()  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     return [name for name in listed if (REPO / name).is_file()]
 
 

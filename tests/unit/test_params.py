@@ -24,11 +24,14 @@ class Knobs:
         ({"rate_per_s": float("nan")}, "fault.x: parameter 'rate_per_s' must be a finite number, got nan"),
         ({"rate_per_s": float("inf")}, "fault.x: parameter 'rate_per_s' must be a finite number, got inf"),
         ({"timeout_s": float("-inf")}, "fault.x: parameter 'timeout_s' must be a finite number, got -inf"),
-        ({"weights": [1.0, float("nan")]}, "fault.x: parameter 'weights' must be a finite number, got [1.0, nan]"),
+        (
+            {"weights": [1.0, float("nan")]},
+            "fault.x: parameter 'weights' must be a finite number, got [1.0, nan]",
+        ),
         ({"timeout_s": "5"}, "fault.x: parameter 'timeout_s' must be float or null, got '5'"),
         ({"count": 1.5}, "fault.x: parameter 'count' must be int, got 1.5"),
     ],
-)  # fmt: skip
+)
 def test_parse_params_refuses_nan_inf_and_wrong_types_naming_the_key(
     params: dict[str, object], message: str
 ) -> None:

@@ -73,13 +73,25 @@ def test_busy_time_counts_only_stretches_with_requests_in_flight() -> None:
     assert watch.busy_total(101.5) == 5.5, "the idle 86 s are not busy"
 
 
-def _judge_stretch(watch: StarvationWatch, start: CpuRead, periods: int, throttled: int, seconds: int,
-                   tokens_per_s: float = 50.0, busy_fraction: float = 1.0) -> list[str | None]:  # fmt: skip
+def _judge_stretch(
+    watch: StarvationWatch,
+    start: CpuRead,
+    periods: int,
+    throttled: int,
+    seconds: int,
+    tokens_per_s: float = 50.0,
+    busy_fraction: float = 1.0,
+) -> list[str | None]:
     """One read per second from ``start``: each second the cgroup ran in ``periods`` CFS periods, throttled in ``throttled``."""
     read, verdicts = start, []
     for _ in range(seconds):
-        read = CpuRead(wall_s=read.wall_s + 1, busy_s=read.busy_s + busy_fraction, periods=read.periods + periods,
-                       throttled=read.throttled + throttled, tokens=read.tokens + tokens_per_s)  # fmt: skip
+        read = CpuRead(
+            wall_s=read.wall_s + 1,
+            busy_s=read.busy_s + busy_fraction,
+            periods=read.periods + periods,
+            throttled=read.throttled + throttled,
+            tokens=read.tokens + tokens_per_s,
+        )
         verdicts.append(watch.judge(read))
     return verdicts
 

@@ -53,9 +53,16 @@ def test_env_up_prometheus_without_prometheus_says_what_to_install_and_starts_no
     assert shutil.which("prometheus", path=str(bare)) is None
     result = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "env", "up", "--prometheus"],
-        env={**os.environ, "INFERCHAOS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO), "PATH": str(bare)},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env={
+            **os.environ,
+            "INFERCHAOS_HOME": str(tmp_path / "home"),
+            "PYTHONPATH": str(REPO),
+            "PATH": str(bare),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert len(lines) == 1 and "apt-get install prometheus" in lines[0], result.stderr
@@ -145,9 +152,15 @@ def test_the_prometheus_port_is_its_own_within_the_slot() -> None:
 
 def _node(name: str, index: int, lost: bool = False) -> RayNodeRecord:
     ports = NodePorts(
-        node_manager=0, object_manager=0, metrics_export=62000 + index, dashboard_agent_listen=0,
-        dashboard_agent_grpc=0, runtime_env_agent=0, min_worker=0, max_worker=0,
-    )  # fmt: skip
+        node_manager=0,
+        object_manager=0,
+        metrics_export=62000 + index,
+        dashboard_agent_listen=0,
+        dashboard_agent_grpc=0,
+        runtime_env_agent=0,
+        min_worker=0,
+        max_worker=0,
+    )
     return RayNodeRecord(
         name=name, pid=1, is_head=index == 0, num_cpus=1, num_gpus=0, ports=ports, log_path="", lost=lost
     )
@@ -156,11 +169,19 @@ def _node(name: str, index: int, lost: bool = False) -> RayNodeRecord:
 def test_the_targets_are_every_replica_slot_by_name_and_every_node_not_lost(tmp_path: Path) -> None:
     record = PrometheusRecord(pid=7, port=61191, log_path="p.log", targets_dir=str(tmp_path), create_time=2.5)
     state = LocalEnvState(
-        env_id="e1", created_at=0.0, config=LocalEnvConfig(prometheus=True), state_dir=str(tmp_path),
-        ray_temp_dir=str(tmp_path / "ray"), ray_address="127.0.0.2:61006", dashboard_url="http://127.0.0.1:61007",
-        front_door_url="http://127.0.0.1:8000", model_dir="", served_model_name="tiny",
-        nodes=[_node("head", 0), _node("worker-1", 1, lost=True), _node("worker-3", 3)], prometheus=record,
-    )  # fmt: skip
+        env_id="e1",
+        created_at=0.0,
+        config=LocalEnvConfig(prometheus=True),
+        state_dir=str(tmp_path),
+        ray_temp_dir=str(tmp_path / "ray"),
+        ray_address="127.0.0.2:61006",
+        dashboard_url="http://127.0.0.1:61007",
+        front_door_url="http://127.0.0.1:8000",
+        model_dir="",
+        served_model_name="tiny",
+        nodes=[_node("head", 0), _node("worker-1", 1, lost=True), _node("worker-3", 3)],
+        prometheus=record,
+    )
     refresh_scrape_targets(state)
     replicas = json.loads((tmp_path / f"{VLLM_JOB}.json").read_text())
     assert replicas == [
@@ -187,12 +208,20 @@ def test_in_namespaces_each_replica_slot_is_listed_at_every_live_workers_address
     gone = replace(_node("worker-1", 1, lost=True), address="10.213.1.3", namespace="inferchaos-e1-w1")
     live = replace(_node("worker-3", 3), address="10.213.1.5", namespace="inferchaos-e1-w3")
     state = LocalEnvState(
-        env_id="e1", created_at=0.0, config=LocalEnvConfig(prometheus=True, workers=1, replicas=1),
-        state_dir=str(tmp_path), ray_temp_dir=str(tmp_path / "ray"), ray_address="10.213.1.1:61006",
-        dashboard_url="http://127.0.0.1:61007", front_door_url="http://127.0.0.1:8000", model_dir="",
-        served_model_name="tiny", nodes=[head, gone, live], prometheus=record,
+        env_id="e1",
+        created_at=0.0,
+        config=LocalEnvConfig(prometheus=True, workers=1, replicas=1),
+        state_dir=str(tmp_path),
+        ray_temp_dir=str(tmp_path / "ray"),
+        ray_address="10.213.1.1:61006",
+        dashboard_url="http://127.0.0.1:61007",
+        front_door_url="http://127.0.0.1:8000",
+        model_dir="",
+        served_model_name="tiny",
+        nodes=[head, gone, live],
+        prometheus=record,
         network=NetworkRecord("netns", subnet="10.213.1.0/24"),
-    )  # fmt: skip
+    )
     refresh_scrape_targets(state)
     # A replica runs on whichever worker Serve placed it: only the lost node's address is left out.
     assert json.loads((tmp_path / f"{VLLM_JOB}.json").read_text()) == [

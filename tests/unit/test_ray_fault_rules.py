@@ -32,8 +32,20 @@ def _node(name: str, pid: int, head: bool = False) -> RayNodeRecord:
 
 
 def _replica(name: str, node_id: str, state: str = "healthy") -> ReplicaRecord:
-    return ReplicaRecord(name, int(name[-1]), "http://127.0.0.1:1", "http://127.0.0.1:1/metrics", 1, 1, 1, node_id,
-                         state, 0.0, 1.0, "")  # fmt: skip
+    return ReplicaRecord(
+        name,
+        int(name[-1]),
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1/metrics",
+        1,
+        1,
+        1,
+        node_id,
+        state,
+        0.0,
+        1.0,
+        "",
+    )
 
 
 @dataclass
@@ -47,15 +59,30 @@ class FakeRayEnv:
 
     def load_state(self) -> LocalEnvState:
         return LocalEnvState(
-            env_id="e", created_at=0, config=LocalEnvConfig(), state_dir="/nonexistent", ray_temp_dir="/nonexistent",
-            ray_address="", dashboard_url="", front_door_url="", model_dir="", served_model_name="tiny-llama",
-            nodes=[_node("head", 10, head=True), _node("worker-1", 11), _node("worker-2", 12),
-                   *[_node(n, 13) for n in self.added]],
-        )  # fmt: skip
+            env_id="e",
+            created_at=0,
+            config=LocalEnvConfig(),
+            state_dir="/nonexistent",
+            ray_temp_dir="/nonexistent",
+            ray_address="",
+            dashboard_url="",
+            front_door_url="",
+            model_dir="",
+            served_model_name="tiny-llama",
+            nodes=[
+                _node("head", 10, head=True),
+                _node("worker-1", 11),
+                _node("worker-2", 12),
+                *[_node(n, 13) for n in self.added],
+            ],
+        )
 
     def ray_nodes(self) -> list[NodeStatus]:
-        nodes = [NodeStatus("h" * 56, True, True, 0, 1, "head"), NodeStatus("a" * 56, True, False, 2, 2, "worker-1"),
-                 NodeStatus("b" * 56, True, False, 2, 2, "worker-2")]  # fmt: skip
+        nodes = [
+            NodeStatus("h" * 56, True, True, 0, 1, "head"),
+            NodeStatus("a" * 56, True, False, 2, 2, "worker-1"),
+            NodeStatus("b" * 56, True, False, 2, 2, "worker-2"),
+        ]
         nodes += [NodeStatus("c" * 56, True, False, 2, 2, name) for name in self.added]
         return nodes
 
@@ -111,8 +138,13 @@ def test_kill_node_revert_from_the_ledger_starts_one_replacement_however_often_i
     ledger = Ledger(tmp_path)
     # What a crashed runner of an older release left (the fault's old name): the node was
     # killed, nothing replaced it yet.
-    handle = FaultHandle(fault="kill_node", layer=Layer.RAY, params={"replica": 1}, env="local",
-                         state={"node_name": "worker-2", "node_id": "b" * 56, "pid": 12})  # fmt: skip
+    handle = FaultHandle(
+        fault="kill_node",
+        layer=Layer.RAY,
+        params={"replica": 1},
+        env="local",
+        state={"node_name": "worker-2", "node_id": "b" * 56, "pid": 12},
+    )
     ledger.record(handle)
     (from_disk,) = Ledger(tmp_path).entries()
     with caplog.at_level(logging.WARNING, logger="inferchaos.faults.registry"):

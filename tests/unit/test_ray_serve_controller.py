@@ -57,9 +57,15 @@ NO_SUCH_PID = 4_194_305  # above the kernel's largest pid_max (2**22)
 def actor(pid: int, state: str = "ALIVE", restarts: int | None = 0, **overrides: Any) -> ActorState:
     """Ray's own record of an actor, as ``list_actors(detail=True)`` returns it."""
     fields: dict[str, Any] = dict(
-        actor_id=ACTOR_ID, class_name="ServeController", state=state, job_id="01000000",
-        name="SERVE_CONTROLLER_ACTOR", node_id=HEAD, pid=pid, ray_namespace="serve",
-    )  # fmt: skip
+        actor_id=ACTOR_ID,
+        class_name="ServeController",
+        state=state,
+        job_id="01000000",
+        name="SERVE_CONTROLLER_ACTOR",
+        node_id=HEAD,
+        pid=pid,
+        ray_namespace="serve",
+    )
     if restarts is not None:
         # A read without detail=True leaves it out (Ray refuses an explicit None).
         fields["num_restarts"] = restarts
@@ -166,13 +172,19 @@ def _script(monkeypatch: pytest.MonkeyPatch, api: Any) -> None:
     [
         ({"recover_timeout_s": 0}, f"{NAME}: recover_timeout_s: must be more than 0 seconds, got 0"),
         ({"recover_timeout_s": -5}, f"{NAME}: recover_timeout_s: must be more than 0 seconds, got -5"),
-        ({"recover_timeout_s": float("nan")}, f"{NAME}: parameter 'recover_timeout_s' must be a finite number, got nan"),
-        ({"recover_timeout_s": float("inf")}, f"{NAME}: parameter 'recover_timeout_s' must be a finite number, got inf"),
+        (
+            {"recover_timeout_s": float("nan")},
+            f"{NAME}: parameter 'recover_timeout_s' must be a finite number, got nan",
+        ),
+        (
+            {"recover_timeout_s": float("inf")},
+            f"{NAME}: parameter 'recover_timeout_s' must be a finite number, got inf",
+        ),
         ({"recover_timeout_s": "60"}, f"{NAME}: parameter 'recover_timeout_s' must be float, got '60'"),
         ({"recover_timeout_s": True}, f"{NAME}: parameter 'recover_timeout_s' must be float, got True"),
         ({"timeout": 5}, f"{NAME}: unknown parameter(s) timeout; known: recover_timeout_s, keep_down"),
     ],
-)  # fmt: skip
+)
 def test_plan_refuses_bad_parameters_before_ray_is_read(params: dict[str, Any], message: str) -> None:
     env = FakeServeEnv()
     with pytest.raises(ConfigError) as raised:
@@ -291,16 +303,30 @@ KILLED_AT = 1000.0
 
 
 def _state(**extra: Any) -> dict[str, Any]:
-    return {"actor_id": ACTOR_ID, "pid": 10, "create_time": 1.0, "num_restarts": 0, "killed_at": KILLED_AT,
-            "pid_gone_at": KILLED_AT + 0.1, **extra}  # fmt: skip
+    return {
+        "actor_id": ACTOR_ID,
+        "pid": 10,
+        "create_time": 1.0,
+        "num_restarts": 0,
+        "killed_at": KILLED_AT,
+        "pid_gone_at": KILLED_AT + 0.1,
+        **extra,
+    }
 
 
 OUTAGE = {
-    "sent": 6, "served": 5, "failed": 1, "served_by": {"replica-0": 3, "replica-1": 2},
-    "errors": ["HTTP 503: busy"], "last_state": "ALIVE", "read_errors": 0, "last_read_error": "",
-    "back_at": KILLED_AT + 3.2, "timed_out": False,
+    "sent": 6,
+    "served": 5,
+    "failed": 1,
+    "served_by": {"replica-0": 3, "replica-1": 2},
+    "errors": ["HTTP 503: busy"],
+    "last_state": "ALIVE",
+    "read_errors": 0,
+    "last_read_error": "",
+    "back_at": KILLED_AT + 3.2,
+    "timed_out": False,
     "after": {"actor_id": ACTOR_ID, "state": "ALIVE", "pid": 11, "node_id": HEAD, "num_restarts": 1},
-}  # fmt: skip
+}
 BACK_NOW = ControllerSighting(ACTOR_ID, "ALIVE", 11, HEAD, 1)
 
 
@@ -309,16 +335,20 @@ def test_evidence_of_a_kill_the_watcher_saw_recover_while_the_front_door_served(
     assert evidence.bit
     s = evidence.symptoms
     assert (s["controller_actor_id_before"], s["controller_actor_id_after"], s["same_actor"]) == (
-        ACTOR_ID, ACTOR_ID, True,
-    )  # fmt: skip
+        ACTOR_ID,
+        ACTOR_ID,
+        True,
+    )
     assert (s["controller_pid_before"], s["controller_pid_after"]) == (10, 11)
     assert (s["num_restarts_before"], s["num_restarts_after"]) == (0, 1)
     assert (s["controller_back"], s["back_after_s"], s["back_seen_by"]) == (True, 3.2, "watcher")
     assert (s["front_door_requests_during_outage"], s["front_door_served_during_outage"]) == (6, 5)
     assert s["front_door_served_by"] == {"replica-0": 3, "replica-1": 2}
     assert evidence.timestamps == {
-        "injected_at": KILLED_AT, "pid_gone_at": KILLED_AT + 0.1, "controller_back_at": KILLED_AT + 3.2,
-    }  # fmt: skip
+        "injected_at": KILLED_AT,
+        "pid_gone_at": KILLED_AT + 0.1,
+        "controller_back_at": KILLED_AT + 3.2,
+    }
     assert evidence.reason == (
         "the Serve controller's process 10 died; Ray restarted it as pid 11 after 3.2 s; "
         "the front door served 5 of 6 requests sent meanwhile"
@@ -407,9 +437,10 @@ def test_revert_raises_and_keeps_the_entry_when_the_controller_never_comes_back(
     fault = get_fault(NAME)
     handle = fault.inject(env, {"recover_timeout_s": 1}, ledger)
     with pytest.raises(
-        PlatformDidNotRecover, match=rf"^{NAME}: Serve's controller was not ALIVE in a new process within 1 s of the kill "
-        r"\(last seen: RESTARTING\)"
-    ):  # fmt: skip
+        PlatformDidNotRecover,
+        match=rf"^{NAME}: Serve's controller was not ALIVE in a new process within 1 s of the kill "
+        r"\(last seen: RESTARTING\)",
+    ):
         fault.revert(env, handle, ledger)
     (kept,) = ledger.entries()
     assert kept.state["outage"]["timed_out"] and kept.state["outage"]["served"] == 0
@@ -423,10 +454,19 @@ def test_revert_from_the_ledger_alone_waits_for_the_controller_and_says_who_saw_
     stand_in.kill()
     stand_in.wait(timeout=5)
     _script(monkeypatch, ScriptedStateApi(stand_in.pid, down_reads=2))
-    handle = FaultHandle(NAME, Layer.RAY, {"recover_timeout_s": 10}, "fake-local", state={
-        "actor_id": ACTOR_ID, "pid": stand_in.pid, "create_time": 1.0, "num_restarts": 0,
-        "dashboard_url": "http://127.0.0.1:1",
-    })  # fmt: skip
+    handle = FaultHandle(
+        NAME,
+        Layer.RAY,
+        {"recover_timeout_s": 10},
+        "fake-local",
+        state={
+            "actor_id": ACTOR_ID,
+            "pid": stand_in.pid,
+            "create_time": 1.0,
+            "num_restarts": 0,
+            "dashboard_url": "http://127.0.0.1:1",
+        },
+    )
     handle.state["killed_at"] = handle.created_at
     ledger = Ledger(tmp_path / "ledger")
     ledger.record(handle)
@@ -444,10 +484,19 @@ def test_revert_of_an_entry_whose_kill_never_happened_waits_for_nothing(
 ) -> None:
     _script(monkeypatch, ScriptedStateApi(stand_in.pid, down_reads=None))
     created = psutil.Process(stand_in.pid).create_time()
-    handle = FaultHandle(NAME, Layer.RAY, {"recover_timeout_s": 30}, "fake-local", state={
-        "actor_id": ACTOR_ID, "pid": stand_in.pid, "create_time": created, "num_restarts": 0,
-        "dashboard_url": "http://127.0.0.1:1",
-    })  # fmt: skip
+    handle = FaultHandle(
+        NAME,
+        Layer.RAY,
+        {"recover_timeout_s": 30},
+        "fake-local",
+        state={
+            "actor_id": ACTOR_ID,
+            "pid": stand_in.pid,
+            "create_time": created,
+            "num_restarts": 0,
+            "dashboard_url": "http://127.0.0.1:1",
+        },
+    )
     ledger = Ledger(tmp_path / "ledger")
     ledger.record(handle)
     get_fault(NAME).revert(FakeServeEnv(), handle, ledger)
@@ -462,8 +511,11 @@ def test_the_chaos_toolkit_action_and_rollback_are_generated() -> None:
 
     assert {"kill_serve_controller", "rollback_kill_serve_controller"} <= set(actions.__all__)
     assert list(inspect.signature(actions.kill_serve_controller).parameters) == [
-        "recover_timeout_s", "keep_down", "configuration", "secrets",
-    ]  # fmt: skip
+        "recover_timeout_s",
+        "keep_down",
+        "configuration",
+        "secrets",
+    ]
 
 
 @dataclass

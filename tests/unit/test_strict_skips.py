@@ -117,9 +117,11 @@ def test_the_failure_quotes_the_skip_reason(
     result = pytester.runpytest_inprocess("-p", "tests.skips", *QUIET)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        [f"*skipped under {STRICT_SKIPS_ENV}, where CI has what this test needs, so the skip fails: "
-         "redis-server is not installed*"]
-    )  # fmt: skip
+        [
+            f"*skipped under {STRICT_SKIPS_ENV}, where CI has what this test needs, so the skip fails: "
+            "redis-server is not installed*"
+        ]
+    )
 
 
 def test_a_may_skip_marker_without_a_reason_allows_nothing(

@@ -23,11 +23,18 @@ from inferchaos.faults.registry import get_fault
 def recorded_env(state_dir: Path, health_check: str = HealthCheck.PROGRESS) -> LocalEnvironment:
     state_dir.mkdir(parents=True, exist_ok=True)
     LocalEnvState(
-        env_id="test", created_at=0.0, config=LocalEnvConfig(health_check=health_check),
-        state_dir=str(state_dir), ray_temp_dir=str(state_dir / "ray"), ray_address="127.0.0.1:1",
-        dashboard_url="http://127.0.0.1:1", front_door_url="http://127.0.0.1:1",
-        model_dir=str(state_dir / "model"), served_model_name="tiny", ready=True,
-    ).save()  # fmt: skip
+        env_id="test",
+        created_at=0.0,
+        config=LocalEnvConfig(health_check=health_check),
+        state_dir=str(state_dir),
+        ray_temp_dir=str(state_dir / "ray"),
+        ray_address="127.0.0.1:1",
+        dashboard_url="http://127.0.0.1:1",
+        front_door_url="http://127.0.0.1:1",
+        model_dir=str(state_dir / "model"),
+        served_model_name="tiny",
+        ready=True,
+    ).save()
     return LocalEnvironment(state_dir=state_dir)
 
 

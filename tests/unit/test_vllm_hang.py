@@ -309,8 +309,11 @@ def test_cleanup_resumes_what_a_killed_injector_left_stopped(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     injector = subprocess.Popen(
         [sys.executable, "-c", INJECTOR, str(tree.server), tree.url],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert injector.stdout is not None
         handle_id = injector.stdout.readline().strip()
@@ -329,8 +332,12 @@ def test_cleanup_resumes_what_a_killed_injector_left_stopped(
 
     done = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "cleanup"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"reverted vllm.hang_engine {handle_id}" in done.stdout
     assert not _stopped(tree.pids)

@@ -301,8 +301,13 @@ def test_the_recorded_baselines_hold_every_layer_the_alerts_read_locally() -> No
     assert len(runs) == 12
     for run, series in runs.items():
         names = {s["series"].split("{")[0] for s in series}
-        assert {"vllm:num_requests_running", "vllm:generation_tokens_total", "ray_cluster_active_nodes",
-                "ray_actors", "up"} <= names, run  # fmt: skip
+        assert {
+            "vllm:num_requests_running",
+            "vllm:generation_tokens_total",
+            "ray_cluster_active_nodes",
+            "ray_actors",
+            "up",
+        } <= names, run
 
 
 @needs_promtool

@@ -31,10 +31,20 @@ def test_squat_retains_allocates_touches_then_frees_and_releases_in_order() -> N
     allocation = hold_device_memory(driver, 0, 20 * GIB, max_fraction=0.95)
     release_device_memory(driver, allocation)
 
-    assert _in_order(lib.names, [
-        "cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent", "cuMemAlloc_v2",
-        "cuMemsetD8_v2", "cuCtxSynchronize", "cuMemFree_v2", "cuDevicePrimaryCtxRelease",
-    ]), lib.names  # fmt: skip
+    assert _in_order(
+        lib.names,
+        [
+            "cuInit",
+            "cuDeviceGet",
+            "cuDevicePrimaryCtxRetain",
+            "cuCtxSetCurrent",
+            "cuMemAlloc_v2",
+            "cuMemsetD8_v2",
+            "cuCtxSynchronize",
+            "cuMemFree_v2",
+            "cuDevicePrimaryCtxRelease",
+        ],
+    ), lib.names
     assert lib.names[-2:] == ["cuMemFree_v2", "cuDevicePrimaryCtxRelease"]
     calls = dict(lib.calls)
     assert calls["cuCtxSetCurrent"] == (FakeLibcuda.CONTEXT,)

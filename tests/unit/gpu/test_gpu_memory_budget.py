@@ -65,8 +65,9 @@ def test_a_budget_is_made_found_read_and_removed(root: Path, version: int) -> No
     limit_file = "memory.limit_in_bytes" if version == 1 else "memory.max"
     assert (parent / NAME / limit_file).read_text() == str(2 * GIB)
     # What the kernel would show once a replica runs in it: 1.5 GiB charged, 0.5 GiB of it cache.
-    write_budget(parent, NAME, 2 * GIB, usage=GIB + GIB // 2, inactive_file=GIB // 2, version=version,
-                 oom_kills=1)  # fmt: skip
+    write_budget(
+        parent, NAME, 2 * GIB, usage=GIB + GIB // 2, inactive_file=GIB // 2, version=version, oom_kills=1
+    )
     found = find_budget(NAME)
     assert found == made
     assert found is not None and found.oom_kills() == 1

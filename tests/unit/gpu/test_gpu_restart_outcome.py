@@ -85,11 +85,13 @@ def test_an_attempt_replaced_before_its_failure_was_read_is_superseded_not_faile
 
 def test_watch_returns_at_the_failure_and_notes_another_replica_that_was_not_healthy() -> None:
     now = time.time()
-    reads = iter([
-        [replica_record(0), replica_record(1, state="healthy", started_at=now - 100)],
-        [replica_record(0, state="starting"), replica_record(1, state="starting", started_at=now + 1)],
-        [replica_record(0), _failed(now + 1, 2.0)],
-    ])  # fmt: skip
+    reads = iter(
+        [
+            [replica_record(0), replica_record(1, state="healthy", started_at=now - 100)],
+            [replica_record(0, state="starting"), replica_record(1, state="starting", started_at=now + 1)],
+            [replica_record(0), _failed(now + 1, 2.0)],
+        ]
+    )
     watch = watch_restart(
         lambda: next(reads), "replica-1", now, fail_within_s=60, restart_wait_s=30, interval_s=0
     )
@@ -102,12 +104,14 @@ def test_an_attempt_begun_before_the_squat_held_is_not_the_one_judged() -> None:
     held = now + 3
     # Serve began attempt one 1 s after the kill, before the squatter held its bytes at +3 s; the
     # squat then killed it. Attempt two began on the flagged device and is the one judged.
-    reads = iter([
-        [replica_record(0), replica_record(1, state="starting", started_at=now + 1)],
-        [replica_record(0), _failed(now + 1, 4.0)],
-        [replica_record(0), replica_record(1, state="starting", started_at=now + 8)],
-        [replica_record(0), _failed(now + 8, 12.0)],
-    ])  # fmt: skip
+    reads = iter(
+        [
+            [replica_record(0), replica_record(1, state="starting", started_at=now + 1)],
+            [replica_record(0), _failed(now + 1, 4.0)],
+            [replica_record(0), replica_record(1, state="starting", started_at=now + 8)],
+            [replica_record(0), _failed(now + 8, 12.0)],
+        ]
+    )
     watch = watch_restart(
         lambda: next(reads), "replica-1", now, fail_within_s=60, restart_wait_s=30, interval_s=0, since=held
     )
@@ -142,14 +146,25 @@ def _handle(state_dir: str, restarted_at: float, **state: Any) -> FaultHandle:
         env="local",
     )
     handle.state = {
-        "backend": "host", "device": "host:1", "bytes": 2_000_000_000, "allocated_bytes": 2_000_000_000,
-        "budget": "inferchaos-abc123-replica-1", "replica": "replica-1", "restart_replica": True,
-        "fail_within_s": 60.0, "state_dir": state_dir, "restarted_at": restarted_at,
-        "squat_ready_at": restarted_at + 2, "preflight_flagged_at": restarted_at + 2.1,
+        "backend": "host",
+        "device": "host:1",
+        "bytes": 2_000_000_000,
+        "allocated_bytes": 2_000_000_000,
+        "budget": "inferchaos-abc123-replica-1",
+        "replica": "replica-1",
+        "restart_replica": True,
+        "fail_within_s": 60.0,
+        "state_dir": state_dir,
+        "restarted_at": restarted_at,
+        "squat_ready_at": restarted_at + 2,
+        "preflight_flagged_at": restarted_at + 2.1,
         "preflight": {"device_free_bytes": 600_000_000, "replica_need_bytes": 1_900_000_000, "flagged": True},
-        "squatter_pid": 0, "squatter_alive_at_outcome": True, "attempts": [], "others_unhealthy": [],
+        "squatter_pid": 0,
+        "squatter_alive_at_outcome": True,
+        "attempts": [],
+        "others_unhealthy": [],
         **state,
-    }  # fmt: skip
+    }
     # Evidence read after revert: the squatter is gone by design.
     handle.reverted_at = restarted_at + 60
     return handle
@@ -202,8 +217,12 @@ def test_evidence_does_not_bite_when_the_other_replica_went_down(
     restarted = time.time() - 120
     replica_record(0).save(replicas)
     failed = _failed(restarted + 6, 30.0)
-    handle = _handle(fake_env.state.state_dir, restarted, attempts=[vars(RestartAttempt.from_record(failed))],
-                     others_unhealthy=["replica-0:failed"])  # fmt: skip
+    handle = _handle(
+        fake_env.state.state_dir,
+        restarted,
+        attempts=[vars(RestartAttempt.from_record(failed))],
+        others_unhealthy=["replica-0:failed"],
+    )
     evidence = SquatDeviceMemory().evidence(fake_env, handle)
     assert not evidence.bit
     assert "other replicas did not stay healthy" in evidence.reason
@@ -218,9 +237,12 @@ def test_evidence_judges_the_attempt_after_the_squat_and_says_an_earlier_one_rac
     raced = _failed(restarted + 1.5, 3.0)
     judged = _failed(restarted + 9, 12.0, state="stopped")
     handle = _handle(
-        fake_env.state.state_dir, restarted, attempts_since=restarted + 2.1,
-        attempts=[vars(RestartAttempt.from_record(judged))], raced_attempts=[vars(RestartAttempt.from_record(raced))],
-    )  # fmt: skip
+        fake_env.state.state_dir,
+        restarted,
+        attempts_since=restarted + 2.1,
+        attempts=[vars(RestartAttempt.from_record(judged))],
+        raced_attempts=[vars(RestartAttempt.from_record(raced))],
+    )
     evidence = SquatDeviceMemory().evidence(fake_env, handle)
     assert evidence.bit, evidence.reason
     assert evidence.symptoms["failed_after_start_s"] == 12.0

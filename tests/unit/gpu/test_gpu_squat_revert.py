@@ -24,9 +24,13 @@ MIB = 1024 * 1024
 
 def _handle(state: dict[str, Any]) -> FaultHandle:
     base = {"backend": "host", "device": "host:1", "bytes": 4 * MIB}
-    return FaultHandle(fault="device.squat_device_memory", layer=Layer.DEVICE, params={"device": "host:1", "bytes": 4 * MIB},
-                       env="local",
-                       state={**base, **state})  # fmt: skip
+    return FaultHandle(
+        fault="device.squat_device_memory",
+        layer=Layer.DEVICE,
+        params={"device": "host:1", "bytes": 4 * MIB},
+        env="local",
+        state={**base, **state},
+    )
 
 
 def _gone_pid() -> int:
@@ -96,8 +100,9 @@ def test_revert_finds_the_squatter_by_its_id_when_its_pid_never_reached_the_ledg
 
 
 def test_revert_never_signals_a_recorded_pid_that_is_no_squatter(tmp_path: Path) -> None:
-    stranger = spawn_process_group([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
-                                   tmp_path / "stranger.log")  # fmt: skip
+    stranger = spawn_process_group(
+        [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), tmp_path / "stranger.log"
+    )
     try:
         ledger = Ledger(tmp_path / "ledger")
         handle = _handle({"squatter_pid": stranger})

@@ -76,14 +76,25 @@ def test_cleanup_after_kill_9_restores_the_cluster(
     fault: str, fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], home: Path, tmp_path: Path
 ) -> None:
     cluster, runtime = world_cluster
-    config, _ = k8s_env_config(tmp_path, "kind", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
-                               "http://127.0.0.1:1", runtime)  # fmt: skip
+    config, _ = k8s_env_config(
+        tmp_path,
+        "kind",
+        fake_server.url,
+        "127.0.0.1:6379",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        runtime,
+    )
     before = _state(cluster, fault)
     env = {**os.environ, "INFERCHAOS_HOME": str(home)}
     injector = subprocess.Popen(
         [sys.executable, "-c", INJECT, str(config), fault, json.dumps(FAULT_PARAMS[fault])],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert injector.stdout is not None
         line = injector.stdout.readline()
@@ -106,8 +117,11 @@ def test_cleanup_after_kill_9_restores_the_cluster(
     )
     result = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "cleanup", "--config", str(config)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert ledger.is_empty(), result.stdout
     assert _settled(cluster, fault, before) == before
@@ -115,6 +129,9 @@ def test_cleanup_after_kill_9_restores_the_cluster(
     # Idempotent: a second cleanup finds nothing to revert.
     again = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "cleanup", "--config", str(config)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0 and "nothing to revert" in again.stdout, again.stdout + again.stderr

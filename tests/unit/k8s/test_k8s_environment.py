@@ -47,8 +47,15 @@ def seeded(fake_server: FakeApiServer, closed_ports: list[int]) -> FakeCluster:
 
 @pytest.fixture
 def config_path(fake_server: FakeApiServer, seeded: FakeCluster, tmp_path: Path) -> Path:
-    path, _ = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
-                             "http://127.0.0.1:1", make_runtime(tmp_path))  # fmt: skip
+    path, _ = k8s_env_config(
+        tmp_path,
+        "cluster",
+        fake_server.url,
+        "127.0.0.1:6379",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        make_runtime(tmp_path),
+    )
     return path
 
 
@@ -191,40 +198,102 @@ def _status(prometheus=None):  # the smallest EnvStatus the probe builder reads
         VllmStatus,
     )
 
-    return EnvStatus("cluster", True, RayStatus("127.0.0.1:6379", "http://127.0.0.1:1"), VllmStatus(),
-                     FrontDoorStatus("http://127.0.0.1:1", True), ModelStatus("tiny-llama", 2048),
-                     prometheus=prometheus)  # fmt: skip
+    return EnvStatus(
+        "cluster",
+        True,
+        RayStatus("127.0.0.1:6379", "http://127.0.0.1:1"),
+        VllmStatus(),
+        FrontDoorStatus("http://127.0.0.1:1", True),
+        ModelStatus("tiny-llama", 2048),
+        prometheus=prometheus,
+    )
 
 
 @pytest.mark.parametrize(
     ("change", "drop", "message"),
     [
         ({}, ("allow",), "allow: required for the cluster environment; there is no default"),
-        ({"allow": {"contexts": ["prod"], "namespaces": [NS]}}, (), "kube.context: 'kind-inferchaos' is not in allow.contexts"),
-        ({"allow": {"contexts": [CONTEXT], "namespaces": []}}, (), "allow.namespaces: must name at least one namespace"),
-        ({"allow": {"contexts": [CONTEXT], "namespaces": [NS], "max_targets": 0}}, (), "allow.max_targets: must be at least 1, got 0"),
-        ({"allow": {"contexts": [CONTEXT], "namespaces": [NS], "max_targets": "2"}}, (), "key 'allow.max_targets' must be int, got '2'"),
-        ({"allow": {"contexts": [CONTEXT], "kube_contexts": [CONTEXT], "namespaces": [NS]}}, (), "kube_contexts is the old name of contexts"),
+        (
+            {"allow": {"contexts": ["prod"], "namespaces": [NS]}},
+            (),
+            "kube.context: 'kind-inferchaos' is not in allow.contexts",
+        ),
+        (
+            {"allow": {"contexts": [CONTEXT], "namespaces": []}},
+            (),
+            "allow.namespaces: must name at least one namespace",
+        ),
+        (
+            {"allow": {"contexts": [CONTEXT], "namespaces": [NS], "max_targets": 0}},
+            (),
+            "allow.max_targets: must be at least 1, got 0",
+        ),
+        (
+            {"allow": {"contexts": [CONTEXT], "namespaces": [NS], "max_targets": "2"}},
+            (),
+            "key 'allow.max_targets' must be int, got '2'",
+        ),
+        (
+            {"allow": {"contexts": [CONTEXT], "kube_contexts": [CONTEXT], "namespaces": [NS]}},
+            (),
+            "kube_contexts is the old name of contexts",
+        ),
         ({"extra": 1}, (), "unknown key(s) extra; known: env, kube, ray"),
         ({"env": "kind"}, (), "env: the file is for 'kind' but --env is 'cluster'"),
         ({"env": "local"}, (), "env: must be one of kind, cluster, got 'local'"),
-        ({"ray": {"address": "x", "dashboard_url": "y"}}, (), "ray.auth_token_secret: needs exactly one of auth_token_secret"),
-        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": ""}}, (),
-         "ray.auth_token_key: must be a Secret data key (letters, digits, '-', '_', '.'), got ''"),
-        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": "a/b"}}, (),
-         "ray.auth_token_key: must be a Secret data key (letters, digits, '-', '_', '.'), got 'a/b'"),
-        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": 7}}, (),
-         "key 'ray.auth_token_key' must be"),
-        ({"ray": {"address": "x", "dashboard_url": "y", "auth_token_file": "/t", "auth_token_key": "auth_token"}}, (),
-         "ray.auth_token_key: names a key of auth_token_secret; set that Secret too"),
+        (
+            {"ray": {"address": "x", "dashboard_url": "y"}},
+            (),
+            "ray.auth_token_secret: needs exactly one of auth_token_secret",
+        ),
+        (
+            {"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": ""}},
+            (),
+            "ray.auth_token_key: must be a Secret data key (letters, digits, '-', '_', '.'), got ''",
+        ),
+        (
+            {
+                "ray": {
+                    "address": "x",
+                    "dashboard_url": "y",
+                    "auth_token_secret": "s",
+                    "auth_token_key": "a/b",
+                }
+            },
+            (),
+            "ray.auth_token_key: must be a Secret data key (letters, digits, '-', '_', '.'), got 'a/b'",
+        ),
+        (
+            {"ray": {"address": "x", "dashboard_url": "y", "auth_token_secret": "s", "auth_token_key": 7}},
+            (),
+            "key 'ray.auth_token_key' must be",
+        ),
+        (
+            {
+                "ray": {
+                    "address": "x",
+                    "dashboard_url": "y",
+                    "auth_token_file": "/t",
+                    "auth_token_key": "auth_token",
+                }
+            },
+            (),
+            "ray.auth_token_key: names a key of auth_token_secret; set that Secret too",
+        ),
         ({"vllm": {"service_url": "u", "model": "m"}}, (), "missing required key(s) vllm.label_selector"),
-        ({"prometheus": {"url": "u", "kube_matchers": '{job="ksm"}'}}, (),
-         "prometheus.kube_matchers: must be PromQL label matchers without the braces (the probe adds them)"),
-        ({"prometheus": {"url": "u", "kube_matchers": 'job="ksm", namespace="monitoring"'}}, (),
-         "prometheus.kube_matchers: must not match on namespace: the probe scopes by kube.namespace"),
+        (
+            {"prometheus": {"url": "u", "kube_matchers": '{job="ksm"}'}},
+            (),
+            "prometheus.kube_matchers: must be PromQL label matchers without the braces (the probe adds them)",
+        ),
+        (
+            {"prometheus": {"url": "u", "kube_matchers": 'job="ksm", namespace="monitoring"'}},
+            (),
+            "prometheus.kube_matchers: must not match on namespace: the probe scopes by kube.namespace",
+        ),
         ({"prometheus": {"url": "u", "kube_matchers": 7}}, (), "key 'prometheus.kube_matchers' must be"),
     ],
-)  # fmt: skip
+)
 def test_bad_configs_are_one_line_errors(config_path: Path, change: dict, drop: tuple, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_k8s_env_config(_edit(config_path, change, drop), "cluster")

@@ -34,13 +34,23 @@ from tests.fakes.runner import FakeProbeFactory, World
     ],
 )
 def test_experiment_passes_names_k8s_and_restores_the_cluster(
-    name: str, scheduler_says: str, fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any],
+    name: str,
+    scheduler_says: str,
+    fake_server: FakeApiServer,
+    world_cluster: tuple[FakeCluster, Any],
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     cluster, runtime = world_cluster
     before = k8s_state(cluster)
-    _, config = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
-                               "http://127.0.0.1:1", runtime)  # fmt: skip
+    _, config = k8s_env_config(
+        tmp_path,
+        "cluster",
+        fake_server.url,
+        "127.0.0.1:6379",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        runtime,
+    )
     env = ClusterWithFakeRay(config)
     spec = load_and_validate(EXPERIMENTS / f"{name}.yaml")
     spec = replace(spec, baseline_s=1.5, fault=replace(spec.fault, duration_s=4.0))

@@ -27,10 +27,18 @@ def test_a_schema_invalid_object_is_refused_and_recorded(
     fake_server: FakeApiServer, cluster: FakeCluster
 ) -> None:
     # Raw HTTP: the client's own models refuse unknown fields before sending anything.
-    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad"},
-           "spec": {"containers": [{"name": "main", "image": "pause", "imagePullPolcy": "Always"}]}}  # fmt: skip
-    request = urllib.request.Request(f"{fake_server.url}/api/v1/namespaces/{NS}/pods", data=json.dumps(bad).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+    bad = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bad"},
+        "spec": {"containers": [{"name": "main", "image": "pause", "imagePullPolcy": "Always"}]},
+    }
+    request = urllib.request.Request(
+        f"{fake_server.url}/api/v1/namespaces/{NS}/pods",
+        data=json.dumps(bad).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=5)
     assert refused.value.code == 422

@@ -68,8 +68,15 @@ def _passed_preflight(environment: Any, faults: Any = None) -> PreflightReport:
 def config(fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], tmp_path: Path) -> Path:
     """The cluster config of the fake cluster (its allow-list: the kind namespace and GPU pool)."""
     _, runtime = world_cluster
-    path, _ = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
-                             "http://127.0.0.1:1", runtime)  # fmt: skip
+    path, _ = k8s_env_config(
+        tmp_path,
+        "cluster",
+        fake_server.url,
+        "127.0.0.1:6379",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        runtime,
+    )
     return path
 
 
@@ -91,8 +98,16 @@ def _cluster_copies(folder: Path, edits: dict[str, Any] | None = None) -> Path:
 
 
 def _impossible_slo(data: dict[str, Any]) -> None:
-    data["slos"].append({"name": "impossible", "probe": "k8s.nodes_ready", "agg": "min", "op": ">=",
-                         "threshold": 99, "phase": "during"})  # fmt: skip
+    data["slos"].append(
+        {
+            "name": "impossible",
+            "probe": "k8s.nodes_ready",
+            "agg": "min",
+            "op": ">=",
+            "threshold": 99,
+            "phase": "during",
+        }
+    )
 
 
 def _control_plane_node(data: dict[str, Any]) -> None:
@@ -113,9 +128,12 @@ def quiet_cluster(
 
 @pytest.mark.parametrize("env_name", ["kind", "cluster"])
 def test_gameday_refuses_without_a_config(
-    env_name: str, home: Path, quiet_cluster: FakeCluster, capsys: pytest.CaptureFixture[str],
+    env_name: str,
+    home: Path,
+    quiet_cluster: FakeCluster,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     assert _cli(["gameday", "--env", env_name], monkeypatch) == 2
     err = capsys.readouterr().err
     assert f"--env {env_name} requires --config" in err and len(err.strip().splitlines()) == 1
@@ -126,18 +144,31 @@ def test_gameday_refuses_without_a_config(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--env", "cluster"], "suite k8s: gpu_ledger_squat.yaml: environment.name is 'kind' but --env is 'cluster'; "
-                               "for a cluster, copy the experiments"),
-        (["--env", "cluster", "--suite", "default"], "suite default: kv_flood.yaml: environment.name is 'local'"),
+        (
+            ["--env", "cluster"],
+            "suite k8s: gpu_ledger_squat.yaml: environment.name is 'kind' but --env is 'cluster'; "
+            "for a cluster, copy the experiments",
+        ),
+        (
+            ["--env", "cluster", "--suite", "default"],
+            "suite default: kv_flood.yaml: environment.name is 'local'",
+        ),
         (["--env", "cluster", "--suite", "nope"], "unknown suite 'nope'"),
         (["--env", "cluster", "--workers", "3"], "--workers applies to the local environment only"),
         (["--env", "cluster", "--interval", "0.1"], "--interval must be at least 0.25 s"),
     ],
-)  # fmt: skip
+)
 def test_bad_suites_and_options_exit_2_before_anything_is_touched(
-    argv: list[str], message: str, config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None,
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    argv: list[str],
+    message: str,
+    config: Path,
+    home: Path,
+    quiet_cluster: FakeCluster,
+    fake_world: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     out = tmp_path / "reports"
     assert _cli(["gameday", "--config", str(config), "--out", str(out), *argv], monkeypatch) == 2
     err = capsys.readouterr().err
@@ -148,12 +179,24 @@ def test_bad_suites_and_options_exit_2_before_anything_is_touched(
 
 
 def test_kind_suite_on_kind_is_the_default_and_matches(
-    fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], home: Path, fake_world: None,
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    fake_server: FakeApiServer,
+    world_cluster: tuple[FakeCluster, Any],
+    home: Path,
+    fake_world: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _, runtime = world_cluster
-    path, _ = k8s_env_config(tmp_path, "kind", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
-                             "http://127.0.0.1:1", runtime)  # fmt: skip
+    path, _ = k8s_env_config(
+        tmp_path,
+        "kind",
+        fake_server.url,
+        "127.0.0.1:6379",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        runtime,
+    )
     assert _cli(["gameday", "--env", "kind", "--config", str(path), "--dry-run"], monkeypatch) == 0
     out = capsys.readouterr().out
     assert [line.split(" — ")[0] for line in out.splitlines() if line.startswith("experiment: ")] == [
@@ -162,9 +205,14 @@ def test_kind_suite_on_kind_is_the_default_and_matches(
 
 
 def test_dry_run_prints_every_plan_and_touches_nothing(
-    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    config: Path,
+    home: Path,
+    quiet_cluster: FakeCluster,
+    fake_world: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     before = k8s_state(quiet_cluster)
     suite = _cluster_copies(tmp_path / "suite")
     out = tmp_path / "reports"
@@ -201,13 +249,33 @@ def test_dry_run_prints_every_plan_and_touches_nothing(
 
 
 def test_a_suite_refused_at_its_last_experiment_injects_nothing(
-    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    config: Path,
+    home: Path,
+    quiet_cluster: FakeCluster,
+    fake_world: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     suite = _cluster_copies(tmp_path / "suite", {"k8s_node_loss": _control_plane_node})
     out = tmp_path / "reports"
-    assert _cli(["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out)],
-                monkeypatch) == 2  # fmt: skip
+    assert (
+        _cli(
+            [
+                "gameday",
+                "--env",
+                "cluster",
+                "--config",
+                str(config),
+                "--suite",
+                str(suite),
+                "--out",
+                str(out),
+            ],
+            monkeypatch,
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert CONTROL_PLANE in err and len(err.strip().splitlines()) == 1, err
     assert quiet_cluster.mutating_requests() == []
@@ -216,15 +284,31 @@ def test_a_suite_refused_at_its_last_experiment_injects_nothing(
 
 
 def test_gameday_runs_the_suite_writes_the_index_and_exits_with_the_worst(
-    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    config: Path,
+    home: Path,
+    quiet_cluster: FakeCluster,
+    fake_world: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     before = k8s_state(quiet_cluster)
     # The squat breaches an SLO no cluster can meet: the day fails (1), the others pass.
     suite = _cluster_copies(tmp_path / "suite", {"gpu_ledger_squat": _impossible_slo})
     out = tmp_path / "reports"
-    argv = ["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out),
-            "--interval", "0.25"]  # fmt: skip
+    argv = [
+        "gameday",
+        "--env",
+        "cluster",
+        "--config",
+        str(config),
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--interval",
+        "0.25",
+    ]
     assert _cli(argv, monkeypatch) == 1
 
     verdicts = {
@@ -232,8 +316,10 @@ def test_gameday_runs_the_suite_writes_the_index_and_exits_with_the_worst(
         for p in out.glob("gameday-*/*/verdict.json")
     }
     assert {name: v["status"] for name, v in verdicts.items()} == {
-        "anti_affinity_pending": "passed", "gpu_ledger_squat": "failed", "k8s_node_loss": "passed"
-    }  # fmt: skip
+        "anti_affinity_pending": "passed",
+        "gpu_ledger_squat": "failed",
+        "k8s_node_loss": "passed",
+    }
     assert all(v["env"] == "cluster" and v["triage"]["layer"] == "k8s" for v in verdicts.values())
     index = (out / "index.html").read_text()
     assert all(name in index for name in K8S_SUITE)
@@ -248,9 +334,14 @@ def _short_recovery(data: dict[str, Any]) -> None:
 
 
 def test_gameday_controls_pass_the_day_only_when_every_control_fails_for_its_reason(
-    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    config: Path,
+    home: Path,
+    quiet_cluster: FakeCluster,
+    fake_world: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each k8s scenario passes on the healthy fake cluster and fails, in the k8s layer, under its control."""
     before = k8s_state(quiet_cluster)
     suite = _cluster_copies(tmp_path / "suite", dict.fromkeys(K8S_SUITE, _short_recovery))
@@ -261,8 +352,20 @@ def test_gameday_controls_pass_the_day_only_when_every_control_fails_for_its_rea
         shipped["control"]["of"] = f"../{name}.yaml"
         (suite / "controls" / f"{name}.yaml").write_text(yaml.safe_dump(shipped))
     out = tmp_path / "reports"
-    argv = ["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out),
-            "--interval", "0.25", "--controls"]  # fmt: skip
+    argv = [
+        "gameday",
+        "--env",
+        "cluster",
+        "--config",
+        str(config),
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--interval",
+        "0.25",
+        "--controls",
+    ]
     code = _cli(argv, monkeypatch)
     printed = capsys.readouterr().out
     verdicts = {
@@ -270,8 +373,10 @@ def test_gameday_controls_pass_the_day_only_when_every_control_fails_for_its_rea
         for p in out.glob("gameday-*/*/verdict.json")
     }
     # Each run's verdict in a line: a CaptureResult as the message would be cut to 240 characters.
-    assert code == 0, "\n".join(f"{name}: {v['status']}: {v['reason']} {v.get('control') or ''}"
-                                 for name, v in sorted(verdicts.items()))  # fmt: skip
+    assert code == 0, "\n".join(
+        f"{name}: {v['status']}: {v['reason']} {v.get('control') or ''}"
+        for name, v in sorted(verdicts.items())
+    )
     for name in K8S_SUITE:
         assert verdicts[name]["status"] == "passed", verdicts[name]["reason"]
         control = verdicts[f"{name}.control"]
@@ -286,13 +391,28 @@ def test_gameday_controls_pass_the_day_only_when_every_control_fails_for_its_rea
 
 
 def test_gameday_controls_refuse_a_scenario_without_a_control_before_anything_runs(
-    config: Path, home: Path, quiet_cluster: FakeCluster, fake_world: None, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    config: Path,
+    home: Path,
+    quiet_cluster: FakeCluster,
+    fake_world: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     suite = _cluster_copies(tmp_path / "suite")
     out = tmp_path / "reports"
-    argv = ["gameday", "--env", "cluster", "--config", str(config), "--suite", str(suite), "--out", str(out),
-            "--controls"]  # fmt: skip
+    argv = [
+        "gameday",
+        "--env",
+        "cluster",
+        "--config",
+        str(config),
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        "--controls",
+    ]
     assert _cli(argv, monkeypatch) == 2
     err = capsys.readouterr().err
     assert "ships no negative control" in err and len(err.strip().splitlines()) == 1, err

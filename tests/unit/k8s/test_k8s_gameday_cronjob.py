@@ -118,10 +118,12 @@ def test_rbac_covers_the_example_config() -> None:
 def _grants(rules: list[dict[str, Any]], access: KubeAccess) -> bool:
     resource = f"{access.resource}/{access.subresource}" if access.subresource else access.resource
     return any(
-        access.group in rule["apiGroups"] and resource in rule["resources"] and access.verb in rule["verbs"]
+        access.group in rule["apiGroups"]
+        and resource in rule["resources"]
+        and access.verb in rule["verbs"]
         and (not rule.get("resourceNames") or access.name in rule["resourceNames"])
         for rule in rules
-    )  # fmt: skip
+    )
 
 
 def test_rbac_grants_every_access_of_the_k8s_faults_but_delete_nodes() -> None:

@@ -48,16 +48,37 @@ RESTRICTED_VOLUME_TYPES = frozenset(
     }
 )
 BASELINE_CAPABILITIES = frozenset(
-    {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-     "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
-)  # fmt: skip
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 RESTRICTED_ADDED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
 SAFE_SYSCTLS = frozenset(
-    {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-     "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-     "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-     "net.ipv4.tcp_keepalive_probes"}
-)  # fmt: skip
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
 SELINUX_TYPES = frozenset({"container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
 ALLOWED_SECCOMP = frozenset({"RuntimeDefault", "Localhost"})
 
@@ -73,9 +94,11 @@ def _volume_type(volume: V1Volume) -> str:
 
 
 def _containers(spec: V1PodSpec) -> Iterator[tuple[str, Any]]:
-    for field_name, containers in (("initContainers", spec.init_containers),
-                                   ("containers", spec.containers),
-                                   ("ephemeralContainers", spec.ephemeral_containers)):  # fmt: skip
+    for field_name, containers in (
+        ("initContainers", spec.init_containers),
+        ("containers", spec.containers),
+        ("ephemeralContainers", spec.ephemeral_containers),
+    ):
         for i, container in enumerate(containers or []):
             yield f"spec.{field_name}[{i}]({container.name})", container
 
@@ -309,8 +332,16 @@ def _container_level_only(spec: dict[str, Any]) -> None:
         "type": "Localhost",
         "localhostProfile": "inferchaos.json",
     }
-    spec["volumes"].append({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}})  # fmt: skip
+    spec["volumes"].append(
+        {
+            "name": "scratch",
+            "ephemeral": {
+                "volumeClaimTemplate": {
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+                }
+            },
+        }
+    )
 
 
 def test_the_checker_passes_what_restricted_allows() -> None:

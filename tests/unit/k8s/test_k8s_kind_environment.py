@@ -23,8 +23,11 @@ from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, WORKERS
 
 ROOT = Path(__file__).resolve().parents[3]
 KIND = ROOT / "environments" / "kind"
-SAMPLE = {"VLLM_IMAGE": "inferchaos/vllm-cpu:0.32.0", "RAY_IMAGE": "rayproject/ray:2.60.0-py311-cpu",
-          "MODEL_NAME": "tiny-llama-l2-h128-ctx2048-s0"}  # fmt: skip
+SAMPLE = {
+    "VLLM_IMAGE": "inferchaos/vllm-cpu:0.32.0",
+    "RAY_IMAGE": "rayproject/ray:2.60.0-py311-cpu",
+    "MODEL_NAME": "tiny-llama-l2-h128-ctx2048-s0",
+}
 
 
 def manifests() -> list[dict[str, Any]]:
@@ -39,8 +42,11 @@ def find(kind: str, name: str) -> dict[str, Any]:
     return next(d for d in manifests() if d["kind"] == kind and d["metadata"]["name"] == name)
 
 
-@pytest.mark.parametrize("doc", [d for d in manifests() if d["apiVersion"] != "ray.io/v1"],
-                         ids=lambda d: f"{d['kind']}-{d['metadata']['name']}")  # fmt: skip
+@pytest.mark.parametrize(
+    "doc",
+    [d for d in manifests() if d["apiVersion"] != "ray.io/v1"],
+    ids=lambda d: f"{d['kind']}-{d['metadata']['name']}",
+)
 def test_builtin_manifests_are_schema_valid(doc: dict[str, Any]) -> None:
     kubernetes_validate.validate(doc, "1.31", strict=True)
 

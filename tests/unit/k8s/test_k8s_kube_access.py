@@ -60,11 +60,30 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
     require("openssl", shutil.which("openssl"), "the openssl command")
     cert, key = folder / "apiserver.crt", folder / "apiserver.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-days", "1", "-subj", "/CN=kubernetes", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=kubernetes",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -106,11 +125,14 @@ def _config(tmp_path: Path, kube: dict[str, object]) -> Path:
     data = {
         "env": "cluster",
         "kube": {"context": CONTEXT, "namespace": NS, **kube},
-        "ray": {"address": "ray://127.0.0.1:1", "dashboard_url": "http://127.0.0.1:1",
-                "auth_token_secret": TOKEN_SECRET},
+        "ray": {
+            "address": "ray://127.0.0.1:1",
+            "dashboard_url": "http://127.0.0.1:1",
+            "auth_token_secret": TOKEN_SECRET,
+        },
         "vllm": {"service_url": "http://127.0.0.1:1", "model": "tiny-llama", "label_selector": "app=vllm"},
         "allow": {"contexts": [CONTEXT], "namespaces": [NS]},
-    }  # fmt: skip
+    }
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -197,8 +219,14 @@ def test_in_cluster_outside_a_pod_is_a_one_line_config_error(
     assert seeded_tls.requests == []
 
 
-@pytest.mark.parametrize("other", [{"api_url": "https://kubernetes.default.svc"}, {"kubeconfig": "~/.kube/config"},
-                                   {"token_file": "/var/run/secrets/kubernetes.io/serviceaccount/token"}])  # fmt: skip
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"api_url": "https://kubernetes.default.svc"},
+        {"kubeconfig": "~/.kube/config"},
+        {"token_file": "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+    ],
+)
 def test_in_cluster_is_the_only_way_in_its_config(tmp_path: Path, other: dict[str, str]) -> None:
     path = _config(tmp_path, {"in_cluster": True, **other})
     with pytest.raises(ConfigError) as e:
@@ -242,13 +270,23 @@ def test_a_kubeconfig_context_is_used(
     fake_server: FakeApiServer, seeded: FakeCluster, tmp_path: Path
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "elsewhere",
-        "clusters": [{"name": "fake", "cluster": {"server": fake_server.url}},
-                     {"name": "other", "cluster": {"server": "http://127.0.0.1:1"}}],
-        "users": [{"name": "chaos", "user": {"token": "a-kubeconfig-token"}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": "fake", "user": "chaos"}},
-                     {"name": "elsewhere", "context": {"cluster": "other", "user": "chaos"}}],
-    }))  # fmt: skip
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "elsewhere",
+                "clusters": [
+                    {"name": "fake", "cluster": {"server": fake_server.url}},
+                    {"name": "other", "cluster": {"server": "http://127.0.0.1:1"}},
+                ],
+                "users": [{"name": "chaos", "user": {"token": "a-kubeconfig-token"}}],
+                "contexts": [
+                    {"name": CONTEXT, "context": {"cluster": "fake", "user": "chaos"}},
+                    {"name": "elsewhere", "context": {"cluster": "other", "user": "chaos"}},
+                ],
+            }
+        )
+    )
     assert _read_ray_token(_config(tmp_path, {"kubeconfig": str(kubeconfig)})) == RAY_TOKEN
     assert [r.authorization for r in seeded.requests] == ["Bearer a-kubeconfig-token"]

@@ -106,12 +106,22 @@ def test_every_access_of_the_probe_is_in_the_table(api_client: ApiClient, cluste
 
 
 def test_every_access_of_the_driver_is_in_the_table(
-    fake_server: FakeApiServer, cluster: FakeCluster, api_client: ApiClient, tmp_path: Path,
+    fake_server: FakeApiServer,
+    cluster: FakeCluster,
+    api_client: ApiClient,
+    tmp_path: Path,
     fake_runtime: FakeRuntime,
-) -> None:  # fmt: skip
+) -> None:
     cluster.add(token_secret("a-token"))
-    _, config = k8s_env_config(tmp_path, "kind", fake_server.url, "127.0.0.1:1", "http://127.0.0.1:1",
-                               "http://127.0.0.1:1", fake_runtime)  # fmt: skip
+    _, config = k8s_env_config(
+        tmp_path,
+        "kind",
+        fake_server.url,
+        "127.0.0.1:1",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        fake_runtime,
+    )
     driver = K8sEnvironment(config, target=K8sTarget(api_client, config.allow, context=CONTEXT))
     _taken(cluster)
     driver.load_state()
@@ -135,8 +145,15 @@ def test_no_row_names_a_caller_that_never_makes_it() -> None:
 def test_the_accesses_of_a_run_are_its_faults_and_the_readers_in_their_namespaces(
     fake_server: FakeApiServer, tmp_path: Path, fake_runtime: FakeRuntime
 ) -> None:
-    _, config = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:1", "http://127.0.0.1:1",
-                               "http://127.0.0.1:1", fake_runtime)  # fmt: skip
+    _, config = k8s_env_config(
+        tmp_path,
+        "cluster",
+        fake_server.url,
+        "127.0.0.1:1",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        fake_runtime,
+    )
     everything = needed_access(config)
     only_kill = needed_access(config, ["k8s.kill_pods"])
     assert {a.access for a in only_kill} < {a.access for a in everything}

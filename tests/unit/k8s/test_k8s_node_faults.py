@@ -44,8 +44,11 @@ def test_drain_evicts_the_namespace_pods_but_not_daemonset_or_mirror_pods(
 ) -> None:
     fault = DrainNode()
     plan = fault.plan(env, {"node": WORKER, "namespace": NS})
-    evictable = {f"pod/{NS}/{p}" for p in cluster.names("pods", NS)
-                 if p.startswith(("vllm-7c9d8f6b5-a", "raycluster-"))}  # fmt: skip
+    evictable = {
+        f"pod/{NS}/{p}"
+        for p in cluster.names("pods", NS)
+        if p.startswith(("vllm-7c9d8f6b5-a", "raycluster-"))
+    }
     assert set(plan.targets) == {f"node/{WORKER}", *evictable}
 
     handle = fault.inject(env, {"node": WORKER, "namespace": NS}, ledger)
@@ -143,10 +146,22 @@ def test_stop_node_container_stops_the_machine_until_reverted(
 
     early = fault.evidence(env, handle)
     assert not early.bit and "Ready=True" in early.reason  # the node controller has not noticed yet
-    cluster.update("nodes", WORKERS[1], status={"conditions": [
-        {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-         "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": "2025-11-29T10:00:00Z",
-         "lastTransitionTime": "2025-11-29T10:00:40Z"}]})  # fmt: skip
+    cluster.update(
+        "nodes",
+        WORKERS[1],
+        status={
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "Unknown",
+                    "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastHeartbeatTime": "2025-11-29T10:00:00Z",
+                    "lastTransitionTime": "2025-11-29T10:00:40Z",
+                }
+            ]
+        },
+    )
     late = fault.evidence(env, handle)
     assert late.bit and late.symptoms == {
         "node": WORKERS[1],

@@ -44,8 +44,12 @@ def test_kill_pods_choice_is_reproducible_with_a_seed(env: KindEnv, cluster: Fak
 
 def test_kill_pods_skips_terminating_pods_and_refuses_too_many(env: KindEnv, cluster: FakeCluster) -> None:
     terminating = vllm_pods(cluster)[0]
-    cluster.update("pods", terminating, NS, metadata={"deletionTimestamp": "2025-11-29T10:05:00Z",
-                                                      "deletionGracePeriodSeconds": 30})  # fmt: skip
+    cluster.update(
+        "pods",
+        terminating,
+        NS,
+        metadata={"deletionTimestamp": "2025-11-29T10:05:00Z", "deletionGracePeriodSeconds": 30},
+    )
     targets = KillPods().plan(env, {**VLLM, "percent": 100}).targets
     assert f"pod/{NS}/{terminating}" not in targets and len(targets) == 2
     with pytest.raises(ConfigError, match="asked for 3 Pod.*but 2 match"):
@@ -75,8 +79,15 @@ def test_evidence_sees_a_same_named_replacement_as_killed(
     handle = fault.inject(env, {**VLLM, "count": 1}, ledger)
     (victim,) = handle.state["pods"]
     # A StatefulSet recreates its Pod under the same name, with a new uid.
-    cluster.add(pod(victim["name"], node_name=victim["node"], gpus=1, labels={"app": "vllm"},
-                    owner=("ReplicaSet", VLLM_RS)))  # fmt: skip
+    cluster.add(
+        pod(
+            victim["name"],
+            node_name=victim["node"],
+            gpus=1,
+            labels={"app": "vllm"},
+            owner=("ReplicaSet", VLLM_RS),
+        )
+    )
     evidence = fault.evidence(env, handle)
     assert evidence.bit and evidence.symptoms["replaced_by_same_name"] == [victim["name"]]
 

@@ -58,10 +58,18 @@ def layers(fake_server: FakeApiServer, tmp_path: Path) -> Iterator[Layers]:
     fake_server.cluster = seed_kind_environment(FakeCluster(), TOKEN, [s.port for s in servers[1:]])
     runtime = make_runtime(tmp_path)
     paths = {
-        env: k8s_env_config(tmp_path, env, fake_server.url, "127.0.0.1:6379", servers[0].url, front_door.url,
-                            runtime, model=FAKE_MODEL)[0]
+        env: k8s_env_config(
+            tmp_path,
+            env,
+            fake_server.url,
+            "127.0.0.1:6379",
+            servers[0].url,
+            front_door.url,
+            runtime,
+            model=FAKE_MODEL,
+        )[0]
         for env in ("cluster", "kind")
-    }  # fmt: skip
+    }
     yield Layers(
         fake_server.cluster, paths["cluster"], paths["kind"], dashboard, servers[0].url, replicas, front_door
     )
@@ -84,10 +92,14 @@ def _cli(
     return code, out, err
 
 
-def _check(layers: Layers, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-           *extra: str) -> tuple[int, dict, str]:  # fmt: skip
-    code, out, err = _cli(["env", "check", "--env", "cluster", "--config", str(layers.config), "--json", *extra],
-                          monkeypatch, capsys)  # fmt: skip
+def _check(
+    layers: Layers, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[int, dict, str]:
+    code, out, err = _cli(
+        ["env", "check", "--env", "cluster", "--config", str(layers.config), "--json", *extra],
+        monkeypatch,
+        capsys,
+    )
     return code, json.loads(out), err
 
 
@@ -242,8 +254,10 @@ def test_a_wrong_ray_token_is_missing_for_the_version_and_the_state_api(
     layers.dashboard.token = "another-token"
     code, report, _ = _check(layers, monkeypatch, capsys)
     assert code == 2
-    assert [m.split(": ", 2)[1] for m in _missing(report)] == [f"dashboard {layers.dashboard_url}",
-                                                              "state API /api/v0/nodes"]  # fmt: skip
+    assert [m.split(": ", 2)[1] for m in _missing(report)] == [
+        f"dashboard {layers.dashboard_url}",
+        "state API /api/v0/nodes",
+    ]
     assert all("answered HTTP 403: Forbidden: Invalid authentication token" in m for m in _missing(report))
 
 
@@ -273,9 +287,12 @@ def test_local_says_where_it_is_checked(
     "command", [["run", "experiments/gpu_ledger_squat.yaml"], ["gameday"], ["gameday", "--dry-run"]]
 )
 def test_run_and_gameday_stop_before_planning_when_something_is_missing(
-    layers: Layers, home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    layers: Layers,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     command: list[str],
-) -> None:  # fmt: skip
+) -> None:
     layers.cluster.denied_access.append({"verb": "create", "resource": "pods", "namespace": NS})
     with layers.cluster.lock:
         layers.cluster.requests.clear()

@@ -79,7 +79,7 @@ def test_parses_a_gpu_shortage_and_drops_the_preemption_part() -> None:
             "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports.",
             {ReasonKind.OTHER: 2},
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_classifies_each_reason(message: str, expected: dict[ReasonKind, int]) -> None:
     assert PendingPodReasons.from_message(NS, "p", message).kinds == expected
@@ -102,8 +102,14 @@ def test_pending_pod_reasons_takes_the_latest_event_of_that_very_pod(
     cluster.add(failed_scheduling(waiting, GPU_SHORT, seen="2025-11-29T10:05:00Z", suffix="b"))
     earlier_pod = pod("vllm-new", phase="Pending")  # an earlier Pod of the same name
     earlier_pod["metadata"].update(uid="0d4c6a9e-0000-4000-8000-000000000001", resourceVersion="7")
-    cluster.add(failed_scheduling(earlier_pod, "0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules.",
-                                  seen="2025-11-29T10:09:00Z", suffix="c"))  # fmt: skip
+    cluster.add(
+        failed_scheduling(
+            earlier_pod,
+            "0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules.",
+            seen="2025-11-29T10:09:00Z",
+            suffix="c",
+        )
+    )
     cluster.add(pending_pod("vllm-condition-only", "0/4 nodes are available: 4 node(s) were unschedulable."))
     cluster.add(pod("vllm-pulling", node_name="inferchaos-worker", phase="Pending", labels={"app": "vllm"}))
 

@@ -27,8 +27,15 @@ def test_a_stray_taint_on_the_gpu_nodes_fails_the_scenario_in_the_k8s_layer(
 ) -> None:
     cluster, runtime = world_cluster
     before = k8s_state(cluster)
-    _, config = k8s_env_config(tmp_path, "cluster", fake_server.url, "127.0.0.1:6379", "http://127.0.0.1:1",
-                               "http://127.0.0.1:1", runtime)  # fmt: skip
+    _, config = k8s_env_config(
+        tmp_path,
+        "cluster",
+        fake_server.url,
+        "127.0.0.1:6379",
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:1",
+        runtime,
+    )
     env = ClusterWithFakeRay(config)
     control = load_control(EXPERIMENTS / "controls" / f"{name}.gpu_nodes_tainted.yaml")
     spec = control.scenario

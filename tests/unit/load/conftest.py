@@ -36,15 +36,23 @@ def flaky_server() -> Iterator[FakeOpenAIServer]:
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory, good_server: FakeOpenAIServer,
-         flaky_server: FakeOpenAIServer) -> Runs:  # fmt: skip
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, good_server: FakeOpenAIServer, flaky_server: FakeOpenAIServer
+) -> Runs:
     """Four Locust runs, started at once and all ended before any test reads them."""
     base = tmp_path_factory.mktemp("locust-runs")
     experiment = base / "fake.yaml"
     experiment.write_text("title: a fake scenario the fake chaos child never reads\n")
     record, chaos_out = base / "chaos-record.json", base / "chaos-out"
-    chaos_args = [*f"-u 1 -t {CHAOS_RUN_TIME_S}s --chaos-at {CHAOS_AT_S:g}".split(), "--chaos", str(experiment),
-                  "--chaos-out", str(chaos_out), "--chaos-command", f"{sys.executable} {FAKE_CHILD}"]  # fmt: skip
+    chaos_args = [
+        *f"-u 1 -t {CHAOS_RUN_TIME_S}s --chaos-at {CHAOS_AT_S:g}".split(),
+        "--chaos",
+        str(experiment),
+        "--chaos-out",
+        str(chaos_out),
+        "--chaos-command",
+        f"{sys.executable} {FAKE_CHILD}",
+    ]
     started = Runs(
         steady=start_locust(
             good_server.url, base / "steady", *"--load-profile steady -u 4 -r 4 -t 6s".split()

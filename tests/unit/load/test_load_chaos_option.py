@@ -67,10 +67,28 @@ def test_where_the_verdict_is_is_printed(runs: Runs) -> None:
 
 def test_unknown_scenario_is_refused_before_any_load(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", "http://127.0.0.1:9",
-         "-t", "5s", "--chaos", "no_such_scenario", "--chaos-out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "--host",
+            "http://127.0.0.1:9",
+            "-t",
+            "5s",
+            "--chaos",
+            "no_such_scenario",
+            "--chaos-out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert result.returncode == 2
     assert "no_such_scenario" in result.stderr and "kv_flood" in result.stderr
     assert "Shape test starting" not in result.stderr

@@ -102,10 +102,25 @@ def test_load_profile_picks_the_shape(runs: Runs) -> None:
 
 def test_unknown_profile_is_refused_naming_the_profiles_load_py_offers() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", "http://127.0.0.1:9",
-         "--load-profile", "surge", "-t", "2s"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "--host",
+            "http://127.0.0.1:9",
+            "--load-profile",
+            "surge",
+            "-t",
+            "2s",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     choices = re.search(r"invalid choice: 'surge' \(choose from (.+)\)", result.stderr)
     assert choices, result.stderr
@@ -135,10 +150,27 @@ def test_range_ratio_outside_0_to_1_is_refused_before_any_load() -> None:
     server = FakeOpenAIServer(FakeBehaviour()).start()
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", server.url,
-             "-u", "1", "-t", "3s", "--max-tokens-range-ratio", "1.5"],
-            cwd=REPO, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(LOCUSTFILE),
+                "--headless",
+                "--host",
+                server.url,
+                "-u",
+                "1",
+                "-t",
+                "3s",
+                "--max-tokens-range-ratio",
+                "1.5",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         server.stop()
     assert result.returncode == 2, result.stderr

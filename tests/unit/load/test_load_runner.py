@@ -58,8 +58,9 @@ def server() -> Iterator[FakeOpenAIServer]:
 def _run(server: FakeOpenAIServer, run_dir: Path, interrupt: bool = False) -> LoadedRun:
     world = World()
     built: list[LoadedCanary] = []
-    factory = load_probe_factory("steady", csv_dir=run_dir / "load", options=LoadOptions(users=2),
-                                 base=FakeProbeFactory(world))  # fmt: skip
+    factory = load_probe_factory(
+        "steady", csv_dir=run_dir / "load", options=LoadOptions(users=2), base=FakeProbeFactory(world)
+    )
 
     def keep(env: Any, pace: CanaryPace, named: frozenset[str]) -> tuple[list[Probe], Any]:
         probes, canary = factory(env, pace, named)
@@ -69,8 +70,13 @@ def _run(server: FakeOpenAIServer, run_dir: Path, interrupt: bool = False) -> Lo
     # Each phase lasts 2 s or more: Locust writes its history once a second.
     recovery = {"within_s": 5, "hold_s": 2, "steady": ["ttft_after"]}
     spec = make_spec(run_dir.parent / "loaded.yaml", baseline_s=2.0, during_s=2.0, recovery=recovery)
-    runner = Runner(spec, ServedEnv(front_door_url=server.url), RunOptions(interval_s=0.25, run_dir=run_dir),
-                    lambda message: None, keep)  # fmt: skip
+    runner = Runner(
+        spec,
+        ServedEnv(front_door_url=server.url),
+        RunOptions(interval_s=0.25, run_dir=run_dir),
+        lambda message: None,
+        keep,
+    )
     assert isinstance(runner.fault, FakeFault)
     runner.fault.world = world
     if interrupt:

@@ -57,7 +57,10 @@ def stuck_fault_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("stuck")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("INFERCHAOS_HOME", str(base / "home"))
-        result = run_fake_experiment(make_spec(base / "stuck.yaml"), base / "run",
-                                     script=FaultScript(revert_raises=FaultError("could not stop the flood")))  # fmt: skip
+        result = run_fake_experiment(
+            make_spec(base / "stuck.yaml"),
+            base / "run",
+            script=FaultScript(revert_raises=FaultError("could not stop the flood")),
+        )
     assert result.verdict.status == "error" and result.ledger.entries(), result.verdict.reason
     return result.run_dir

@@ -37,12 +37,23 @@ def visit(page: Path, work: Path) -> Visit:
     """Load ``page`` from disk with every network path closed, logging the console to stderr."""
     shot = work / "shot.png"
     command = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={work / 'profile'}", "--proxy-server=127.0.0.1:9",
-        "--enable-logging=stderr", "--v=0",
-        f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}", page.resolve().as_uri(),
-    ]  # fmt: skip
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={work / 'profile'}",
+        "--proxy-server=127.0.0.1:9",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--screenshot={shot}",
+        f"--window-size={WIDTH},{HEIGHT}",
+        page.resolve().as_uri(),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     # Chromium logs every console message (errors, CSP refusals, failed loads) as ":CONSOLE".

@@ -21,8 +21,11 @@ FAILED_AT = (2.0, 3.0, 4.0, 5.0)
 
 def marks(run_dir: Path) -> dict[str, float]:
     with (run_dir / "timeline.csv").open(newline="") as f:
-        return {row["probe"][len("phase.") :]: float(row["t"]) for row in csv.DictReader(f)
-                if row["probe"].startswith("phase.")}  # fmt: skip
+        return {
+            row["probe"][len("phase.") :]: float(row["t"])
+            for row in csv.DictReader(f)
+            if row["probe"].startswith("phase.")
+        }
 
 
 def requests_per_phase(run_dir: Path) -> Counter[str]:
@@ -51,9 +54,13 @@ def add_failures(run_dir: Path) -> None:
         writer = csv.writer(f, lineterminator="\n")
         for offset in FAILED_AT:
             t = repr(injected + offset)
-            writer.writerows([(t, "canary.success", "replica=replica-0", "0.0", ""),
-                              (t, "canary.ttft_s", censored, repr(TIMEOUT_S), ""),
-                              (t, "canary.e2e_s", censored, repr(TIMEOUT_S), "")])  # fmt: skip
+            writer.writerows(
+                [
+                    (t, "canary.success", "replica=replica-0", "0.0", ""),
+                    (t, "canary.ttft_s", censored, repr(TIMEOUT_S), ""),
+                    (t, "canary.e2e_s", censored, repr(TIMEOUT_S), ""),
+                ]
+            )
 
 
 def censored_line(summary: str) -> str:

@@ -56,15 +56,27 @@ def test_summary_json_holds_each_run_and_the_days_outcome(day: tuple[Path, list[
     assert (summary["exit_code"], summary["outcome"]) == (2, "error")
     entries: list[dict[str, Any]] = summary["runs"]
     assert [e["experiment"] for e in entries] == [
-        "kv_flood", "strict_pg_stall", "scenario.control", "node_loss", "engine_hang"
-    ]  # fmt: skip
+        "kv_flood",
+        "strict_pg_stall",
+        "scenario.control",
+        "node_loss",
+        "engine_hang",
+    ]
     passed, aborted, control, refused, not_run = entries
     recorded = read_json(day_dir / "passed_kv_flood" / "verdict.json")
     assert passed == {
-        "experiment": "kv_flood", "env": "local", "status": "passed", "reason": recorded["reason"], "exit_code": 0,
-        "control": None, "time_to_detect_s": None, "time_to_recover_s": recorded["timing"]["time_to_recover_s"],
-        "triage_layer": "vllm", "run_dir": "passed_kv_flood", "first_alert": None,
-    }  # fmt: skip
+        "experiment": "kv_flood",
+        "env": "local",
+        "status": "passed",
+        "reason": recorded["reason"],
+        "exit_code": 0,
+        "control": None,
+        "time_to_detect_s": None,
+        "time_to_recover_s": recorded["timing"]["time_to_recover_s"],
+        "triage_layer": "vllm",
+        "run_dir": "passed_kv_flood",
+        "first_alert": None,
+    }
     assert (aborted["status"], aborted["exit_code"], aborted["run_dir"]) == ("aborted", 1, "aborted_pg_stall")
     assert aborted["time_to_detect_s"] is None and aborted["time_to_recover_s"] is None
     assert control["status"] == "failed" and control["exit_code"] == 0
@@ -73,10 +85,18 @@ def test_summary_json_holds_each_run_and_the_days_outcome(day: tuple[Path, list[
         "control: failed"
     )
     assert refused == {
-        "experiment": "node_loss", "env": None, "status": None, "reason": REFUSED, "exit_code": 2,
-        "control": None, "time_to_detect_s": None, "time_to_recover_s": None, "triage_layer": None,
-        "run_dir": None, "first_alert": None,
-    }  # fmt: skip
+        "experiment": "node_loss",
+        "env": None,
+        "status": None,
+        "reason": REFUSED,
+        "exit_code": 2,
+        "control": None,
+        "time_to_detect_s": None,
+        "time_to_recover_s": None,
+        "triage_layer": None,
+        "run_dir": None,
+        "first_alert": None,
+    }
     assert not_run["status"] is None and not_run["exit_code"] is None and "not run" in not_run["reason"]
 
 

@@ -247,8 +247,12 @@ def test_the_plots_stand_in_the_dashboards_rows_with_each_rows_alerts_marked(
     render_run(run_dir)
     html = (run_dir / "report.html").read_text()
     rows = re.findall(r'<div id="row-(\w+)" class="plot-row"><h3>([^<]+)</h3>', html)
-    assert rows == [("users", "Users: the canary requests"), ("vllm", "vLLM"), ("ray", "Ray"),
-                    ("k8s", "Kubernetes, nodes and device")]  # fmt: skip
+    assert rows == [
+        ("users", "Users: the canary requests"),
+        ("vllm", "vLLM"),
+        ("ray", "Ray"),
+        ("k8s", "Kubernetes, nodes and device"),
+    ]
     for plot_id in ("plot-availability", "plot-kv-cache", "plot-requests"):
         assert f'id="{plot_id}-alert-InferchaosKVCacheFull"' in section(html, plot_id), plot_id
     for plot_id in ("plot-actors-alive", "plot-nodes-alive"):

@@ -88,8 +88,19 @@ def test_failure_message_reads_observed_breach_operator_then_threshold(
     run_copy: Callable[[str], Path],
 ) -> None:
     def breach(verdict: dict[str, Any]) -> None:
-        verdict["slos"] = [{"name": "canary_ttft_p95", "layer": "canary", "phase": "during", "ok": False,
-                            "observed": 2.31, "op": "<=", "threshold": 1.5, "samples": 20, "reason": ""}]  # fmt: skip
+        verdict["slos"] = [
+            {
+                "name": "canary_ttft_p95",
+                "layer": "canary",
+                "phase": "during",
+                "ok": False,
+                "observed": 2.31,
+                "op": "<=",
+                "threshold": 1.5,
+                "samples": 20,
+                "reason": "",
+            }
+        ]
 
     suite = suite_after(run_copy("failed_kv_flood"), breach)
     failure = cases_by_name(suite)["canary_ttft_p95 [during]"].find("failure")
@@ -109,8 +120,15 @@ def test_observed_is_printed_precisely_enough_to_show_the_breach(run_copy: Calla
 
 def test_slo_without_data_fails_and_says_so(run_copy: Callable[[str], Path]) -> None:
     def silence(verdict: dict[str, Any]) -> None:
-        verdict["slos"][0].update(name="kv", phase="baseline", ok=False, observed=None, op=">=", threshold=1,
-                                  reason="no samples of vllm.kv_cache_usage in the baseline phase")  # fmt: skip
+        verdict["slos"][0].update(
+            name="kv",
+            phase="baseline",
+            ok=False,
+            observed=None,
+            op=">=",
+            threshold=1,
+            reason="no samples of vllm.kv_cache_usage in the baseline phase",
+        )
 
     suite = suite_after(run_copy("passed_kv_flood"), silence)
     failure = cases_by_name(suite)["kv [baseline]"].find("failure")

@@ -74,8 +74,13 @@ def test_the_rendered_file_is_openmetrics_with_help_type_unit_and_eof(
     text = (run_dir / "openmetrics.txt").read_text()
     assert text.endswith("# EOF\n")
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    assert set(families) == {"inferchaos_run_status", "inferchaos_slo_ok", "inferchaos_time_to_detect_seconds",
-                             "inferchaos_time_to_recover_seconds", "inferchaos_fault_active"}  # fmt: skip
+    assert set(families) == {
+        "inferchaos_run_status",
+        "inferchaos_slo_ok",
+        "inferchaos_time_to_detect_seconds",
+        "inferchaos_time_to_recover_seconds",
+        "inferchaos_fault_active",
+    }
     for name, family in families.items():
         assert f"# HELP {name} " in text and f"# TYPE {name} gauge" in text
         assert family.documentation
@@ -102,8 +107,9 @@ def test_a_failed_run(run_copy: Callable[[str], Path]) -> None:
     assert_status(found, run, "failed")
     slo_ok = found["inferchaos_slo_ok"]
     assert slo_ok[labels(**run, slo="canary_ttft_p95", layer="canary", phase="during")] == 0.0
-    assert [k for k, v in slo_ok.items() if v == 0.0] == [labels(**run, slo="canary_ttft_p95", layer="canary",
-                                                                  phase="during")]  # fmt: skip
+    assert [k for k, v in slo_ok.items() if v == 0.0] == [
+        labels(**run, slo="canary_ttft_p95", layer="canary", phase="during")
+    ]
     assert len(slo_ok) == len(verdict["slos"])
     fault = fault_labels(run, verdict)
     assert found["inferchaos_time_to_detect_seconds"] == {fault: verdict["timing"]["time_to_detect_s"]}
@@ -160,7 +166,9 @@ def test_several_runs_share_one_family_per_metric(run_copy: Callable[[str], Path
 
 def test_two_runs_of_one_experiment_are_refused_in_one_exposition(tmp_path: Path) -> None:
     """Their series would share every label: no valid exposition holds that."""
-    first, second = (load_run(copy_run(name, tmp_path / str(i))) for i, name in
-                     enumerate(("passed_kv_flood", "failed_kv_flood")))  # fmt: skip
+    first, second = (
+        load_run(copy_run(name, tmp_path / str(i)))
+        for i, name in enumerate(("passed_kv_flood", "failed_kv_flood"))
+    )
     with pytest.raises(ReportError, match="another run of kv_flood on local"):
         openmetrics_text([first, second])

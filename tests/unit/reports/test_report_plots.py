@@ -63,5 +63,8 @@ def test_per_replica_plots_have_a_line_per_replica(run_copy: Callable[[str], Pat
     plots = {p.id: p for p in render_plots(load_run(run_copy("failed_kv_flood")))}
     assert plots["plot-kv-cache"].lines == ("replica-0", "replica-1")
     assert set(plots["plot-requests"].lines) == {
-        "replica-0 waiting", "replica-1 waiting", "replica-0 running", "replica-1 running"
-    }  # fmt: skip
+        "replica-0 waiting",
+        "replica-1 waiting",
+        "replica-0 running",
+        "replica-1 running",
+    }

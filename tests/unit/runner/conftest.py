@@ -66,46 +66,76 @@ def slo_failed_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
 @pytest.fixture(scope="session")
 def no_bite_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """The fault is injected and reverted but its evidence says it never bit."""
-    return _run(tmp_path_factory, "no_bite", make_spec,
-                script=FaultScript(bites=False, reason="no request reached replica-0"))  # fmt: skip
+    return _run(
+        tmp_path_factory,
+        "no_bite",
+        make_spec,
+        script=FaultScript(bites=False, reason="no request reached replica-0"),
+    )
 
 
 @pytest.fixture(scope="session")
 def baseline_failed_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """The KV cache is already full before anything is injected."""
-    return _run(tmp_path_factory, "baseline_failed", make_spec,
-                world=World(baseline={"canary.success": 1.0, "canary.ttft_s": 0.1, "vllm.kv_cache_usage": 0.9,
-                                      "vllm.num_requests_waiting": 0.0}))  # fmt: skip
+    return _run(
+        tmp_path_factory,
+        "baseline_failed",
+        make_spec,
+        world=World(
+            baseline={
+                "canary.success": 1.0,
+                "canary.ttft_s": 0.1,
+                "vllm.kv_cache_usage": 0.9,
+                "vllm.num_requests_waiting": 0.0,
+            }
+        ),
+    )
 
 
 @pytest.fixture(scope="session")
 def inject_error_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """inject writes its ledger entry, acts partly, then raises FaultError."""
-    return _run(tmp_path_factory, "inject_error", make_spec,
-                script=FaultScript(inject_raises=FaultError("replica-0 vanished mid-flood")))  # fmt: skip
+    return _run(
+        tmp_path_factory,
+        "inject_error",
+        make_spec,
+        script=FaultScript(inject_raises=FaultError("replica-0 vanished mid-flood")),
+    )
 
 
 @pytest.fixture(scope="session")
 def revert_error_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """The fault bites, then its revert raises FaultError (Runner.run's own error is kept)."""
-    return _run(tmp_path_factory, "revert_error", make_spec,
-                script=FaultScript(revert_raises=FaultError("could not stop the flood")), keep_error=True)  # fmt: skip
+    return _run(
+        tmp_path_factory,
+        "revert_error",
+        make_spec,
+        script=FaultScript(revert_raises=FaultError("could not stop the flood")),
+        keep_error=True,
+    )
 
 
 @pytest.fixture(scope="session")
 def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """The front door fails every request while the fault is active; a stop condition guards it."""
-    return _run(tmp_path_factory, "stopped",
-                lambda path: make_spec(path, during_s=LONG_DURING_S, stop_conditions=[STOP_CONDITION]),
-                world=World(during={"canary.success": 0.0}))  # fmt: skip
+    return _run(
+        tmp_path_factory,
+        "stopped",
+        lambda path: make_spec(path, during_s=LONG_DURING_S, stop_conditions=[STOP_CONDITION]),
+        world=World(during={"canary.success": 0.0}),
+    )
 
 
 @pytest.fixture(scope="session", params=[signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def interrupted_run(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> RunResult:
     """A signal arrives while the fault is active, well before its during time is up."""
     signum: signal.Signals = request.param
-    return _run(tmp_path_factory, f"interrupted_{signum.name}",
-                lambda path: make_spec(path, during_s=LONG_DURING_S), interrupt=signum)  # fmt: skip
+    return _run(
+        tmp_path_factory,
+        f"interrupted_{signum.name}",
+        lambda path: make_spec(path, during_s=LONG_DURING_S),
+        interrupt=signum,
+    )
 
 
 @pytest.fixture

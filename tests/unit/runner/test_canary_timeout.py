@@ -56,10 +56,25 @@ def test_the_run_reads_each_replica_its_slos_and_stop_conditions_name(
 ) -> None:
     # A fleet too large to read whole still reads these each tick (inferchaos/run/probe_set.py).
     monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
-    back = {"name": "replica_back", "probe": "vllm.healthy", "labels": {"replica": "replica-1"},
-            "agg": "min", "op": ">=", "threshold": 1, "phase": "recovery", "window_s": 0.5}  # fmt: skip
-    guard = {"name": "replica_2_serves", "probe": "canary.success", "labels": {"replica": "replica-2"},
-             "op": ">=", "threshold": 0.0, "agg": "mean", "window_s": 1}  # fmt: skip
+    back = {
+        "name": "replica_back",
+        "probe": "vllm.healthy",
+        "labels": {"replica": "replica-1"},
+        "agg": "min",
+        "op": ">=",
+        "threshold": 1,
+        "phase": "recovery",
+        "window_s": 0.5,
+    }
+    guard = {
+        "name": "replica_2_serves",
+        "probe": "canary.success",
+        "labels": {"replica": "replica-2"},
+        "op": ">=",
+        "threshold": 0.0,
+        "agg": "mean",
+        "window_s": 1,
+    }
     spec = make_spec(tmp_path / "fake.yaml", slos=[*DEFAULT_SLOS, back], stop_conditions=[guard])
     result = run_fake_experiment(spec, tmp_path / "run")
     assert result.probes.named == [frozenset({"replica-1", "replica-2"})]

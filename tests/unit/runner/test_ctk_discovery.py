@@ -38,8 +38,13 @@ def test_chaos_discover_lists_every_activity_the_experiments_name_and_touches_no
     out = tmp_path / "discovery.json"
     # A home with no environment in it: discovery must describe that, not start one.
     env = {**os.environ, "INFERCHAOS_HOME": str(tmp_path / "home")}
-    done = subprocess.run([str(CHAOS), "discover", "--no-install", "--discovery-path", str(out), "inferchaos"],
-                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [str(CHAOS), "discover", "--no-install", "--discovery-path", str(out), "inferchaos"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     discovery = json.loads(out.read_text())
     assert discovery["extension"]["name"] == "inferchaos"

@@ -21,15 +21,43 @@ LOCAL = sorted(
 )
 
 T0 = 1_800_000_000.0
-SERVES_BEFORE = {"name": "serves_before", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,
-                 "phase": "baseline"}  # fmt: skip
-TTFT_AFTER = {"name": "ttft_after", "probe": "canary.ttft_s", "agg": "p95", "op": "<=",
-              "threshold": {"times_baseline": 3, "at_least": 0.3}, "phase": "recovery", "window_s": 5}  # fmt: skip
-SERVES_AFTER = {"name": "serves_after", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,
-                "phase": "recovery", "window_s": 3}  # fmt: skip
+SERVES_BEFORE = {
+    "name": "serves_before",
+    "probe": "canary.success",
+    "agg": "mean",
+    "op": ">=",
+    "threshold": 0.9,
+    "phase": "baseline",
+}
+TTFT_AFTER = {
+    "name": "ttft_after",
+    "probe": "canary.ttft_s",
+    "agg": "p95",
+    "op": "<=",
+    "threshold": {"times_baseline": 3, "at_least": 0.3},
+    "phase": "recovery",
+    "window_s": 5,
+}
+SERVES_AFTER = {
+    "name": "serves_after",
+    "probe": "canary.success",
+    "agg": "mean",
+    "op": ">=",
+    "threshold": 0.9,
+    "phase": "recovery",
+    "window_s": 3,
+}
 # Judged only while the fault acts: a slowed replica's share of the traffic, from 5 s in.
-SLOW_SHARE = {"name": "slow_share", "probe": "canary.routed", "labels": {"replica": "replica-0"}, "agg": "mean",
-              "op": "<=", "threshold": 0.1, "phase": "during", "after_s": 5}  # fmt: skip
+SLOW_SHARE = {
+    "name": "slow_share",
+    "probe": "canary.routed",
+    "labels": {"replica": "replica-0"},
+    "agg": "mean",
+    "op": "<=",
+    "threshold": 0.1,
+    "phase": "during",
+    "after_s": 5,
+}
 RECOVERY = {"within_s": 30, "hold_s": 3, "steady": ["ttft_after", "serves_after"]}
 STEADY = [TTFT_AFTER, SERVES_AFTER]
 
@@ -45,8 +73,13 @@ def _timeline(
         timeline.mark("baseline_start", T0)
         for k in range(16):
             t = T0 + k / 2
-            timeline.append_tick([Row(t, "canary.success", {}, 1.0), Row(t, "canary.ttft_s", {}, 0.2),
-                                  Row(t, "canary.routed", {"replica": "replica-0"}, 0.5)])  # fmt: skip
+            timeline.append_tick(
+                [
+                    Row(t, "canary.success", {}, 1.0),
+                    Row(t, "canary.ttft_s", {}, 0.2),
+                    Row(t, "canary.routed", {"replica": "replica-0"}, 0.5),
+                ]
+            )
         timeline.mark("injected", T0 + 8)
         for at, routed in share:
             timeline.append_tick([Row(T0 + 8 + at, "canary.routed", {"replica": "replica-0"}, routed)])

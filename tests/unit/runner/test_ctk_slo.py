@@ -10,8 +10,14 @@ from inferchaos.errors import ProbeError
 from inferchaos.run.hypothesis import slo_holds, slo_observed, value_decides
 from inferchaos.steady_state.timeline import Row, Timeline, TimelineWriter
 
-SLO = {"name": "availability", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,
-       "phase": "during"}  # fmt: skip
+SLO = {
+    "name": "availability",
+    "probe": "canary.success",
+    "agg": "mean",
+    "op": ">=",
+    "threshold": 0.9,
+    "phase": "during",
+}
 
 
 @pytest.mark.parametrize(
@@ -41,8 +47,15 @@ def test_slo_observed_names_the_slo_when_it_cannot_read_the_timeline(tmp_path: P
     assert caught.value.__cause__ is not None
 
 
-TTFT_AFTER = {"name": "ttft_after", "probe": "canary.ttft_s", "agg": "p95", "op": "<=",
-              "threshold": {"times_baseline": 3, "at_least": 0.3}, "phase": "recovery", "window_s": 5}  # fmt: skip
+TTFT_AFTER = {
+    "name": "ttft_after",
+    "probe": "canary.ttft_s",
+    "agg": "p95",
+    "op": "<=",
+    "threshold": {"times_baseline": 3, "at_least": 0.3},
+    "phase": "recovery",
+    "window_s": 5,
+}
 RECOVERY = {"within_s": 15, "hold_s": 3, "steady": ["ttft_after"]}
 
 

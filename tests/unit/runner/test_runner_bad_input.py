@@ -113,7 +113,7 @@ EXPECTED: dict[str, str] = {
     "slo_at_most_at_the_timeout.yaml": "slos[4].threshold.at_most: must be below the canary's 30 s request timeout (canary.request_timeout_s): a bound at or above it can never be breached; got 30",
     "slo_at_least_above_the_ceiling.yaml": "slos[4].threshold.at_least: must be below the ceiling (15: by default 0.5 x the 30 s canary timeout), got 20",
     "slo_latency_bound_at_the_timeout.yaml": "slos[3].threshold: 30 can never be breached: canary.ttft_s reads at most the canary's 30 s request timeout (canary.request_timeout_s); give a bound below it",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,12 @@ def _inferchaos(args: list[str], workdir: Path) -> CliResult:
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", *args, "--out", str(out)],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return CliResult(done.returncode, done.stdout, done.stderr, home, out)
 
 
@@ -240,14 +244,29 @@ def test_gameday_on_a_folder_with_one_bad_file_exits_2_before_anything_runs(tmp_
     [
         (lambda doc: doc.update(configuration="x"), "configuration: must be a mapping, got str"),
         (lambda doc: doc.update(tags=[1]), "tags: must be a list of text tags, got [1]"),
-        (lambda doc: doc.update({"steady-state-hypothesis": None}), "steady-state-hypothesis: must be a mapping, got NoneType"),
-        (lambda doc: doc["method"][2]["provider"].update(module=1), "method[2].provider.module: must be text, got 1"),
-        (lambda doc: doc["method"][2]["provider"].update(arguments=[]), "method[2].provider.arguments: must be a mapping"),
-        (lambda doc: doc["rollbacks"][0].update(name=["x"]), "rollbacks[0].name: required: a text name, got ['x']"),
-        (lambda doc: doc["method"][1].update(pauses=20), "method[1].pauses: must be a mapping with after, got int"),
+        (
+            lambda doc: doc.update({"steady-state-hypothesis": None}),
+            "steady-state-hypothesis: must be a mapping, got NoneType",
+        ),
+        (
+            lambda doc: doc["method"][2]["provider"].update(module=1),
+            "method[2].provider.module: must be text, got 1",
+        ),
+        (
+            lambda doc: doc["method"][2]["provider"].update(arguments=[]),
+            "method[2].provider.arguments: must be a mapping",
+        ),
+        (
+            lambda doc: doc["rollbacks"][0].update(name=["x"]),
+            "rollbacks[0].name: required: a text name, got ['x']",
+        ),
+        (
+            lambda doc: doc["method"][1].update(pauses=20),
+            "method[1].pauses: must be a mapping with after, got int",
+        ),
         (lambda doc: doc["environment"].update(name=[]), "environment.name: unknown environment []"),
     ],
-)  # fmt: skip
+)
 def test_shapes_chaos_toolkit_would_crash_on_are_refused_naming_the_key(
     change: Callable[[dict[str, Any]], None], message: str
 ) -> None:

@@ -84,8 +84,15 @@ def test_dry_run_plans_and_touches_nothing(
     assert Ledger().entries() == [] and not run_dir.exists() and env.ray_connects == 0
 
 
-SURVIVOR = {"name": "survivor_ttft", "probe": "canary.ttft_s", "labels": {"replica": "replica-1"}, "agg": "p95",
-            "op": "<=", "threshold": {"times_baseline": 3, "at_least": 0.5}, "phase": "during"}  # fmt: skip
+SURVIVOR = {
+    "name": "survivor_ttft",
+    "probe": "canary.ttft_s",
+    "labels": {"replica": "replica-1"},
+    "agg": "p95",
+    "op": "<=",
+    "threshold": {"times_baseline": 3, "at_least": 0.5},
+    "phase": "during",
+}
 
 
 def test_a_baseline_with_nothing_to_scale_an_slo_from_samples_on_for_one_more_baseline(

@@ -24,13 +24,19 @@ from tests.fakes.runner import FAKE_SABOTAGE, RunResult, World, make_spec, run_c
 HURT = {"canary.ttft_s": 2.0, "vllm.num_requests_waiting": 4.0}
 
 
-def _control(spec: ExperimentSpec, *, hold: bool = False, sabotage: tuple[SabotageStep, ...] = (),
-             layer: Layer = Layer.VLLM) -> ControlSpec:  # fmt: skip
+def _control(
+    spec: ExperimentSpec,
+    *,
+    hold: bool = False,
+    sabotage: tuple[SabotageStep, ...] = (),
+    layer: Layer = Layer.VLLM,
+) -> ControlSpec:
     return ControlSpec(spec.path, spec, "the fake platform never heals", layer, hold, sabotage)
 
 
-def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, control: ControlSpec, world: World,
-         **kwargs: object) -> RunResult:  # fmt: skip
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, control: ControlSpec, world: World, **kwargs: object
+) -> RunResult:
     monkeypatch.setenv("INFERCHAOS_HOME", str(tmp_path / "home"))
     return run_fake_experiment(control.run_spec(), tmp_path / "run", world=world, control=control, **kwargs)  # type: ignore[arg-type]
 
@@ -126,13 +132,18 @@ def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path:
 
     scenario = Path(__file__).resolve().parents[3] / "experiments" / "kv_flood.yaml"
     cases = {
-        "nothing.yaml": (f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}}}\n", "breaks nothing"),
+        "nothing.yaml": (
+            f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}}}\n",
+            "breaks nothing",
+        ),
         "fault.yaml": (
             f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, sabotage: [{{fault: vllm.nope}}]}}\n",
             "control.sabotage[0].fault: unknown fault 'vllm.nope'",
         ),
-        "layer.yaml": (f"control: {{of: {scenario}, breaks: x, hold_fault: true, expect: {{layer: canary}}}}\n",
-                       "expect.layer: must be one of network, vllm, device, ray, k8s"),
+        "layer.yaml": (
+            f"control: {{of: {scenario}, breaks: x, hold_fault: true, expect: {{layer: canary}}}}\n",
+            "expect.layer: must be one of network, vllm, device, ray, k8s",
+        ),
         "at.yaml": (
             f"control: {{of: {scenario}, breaks: x, expect: {{layer: vllm}}, "
             "sabotage: [{fault: ray.leak_actors, at: later}]}\n",
@@ -143,11 +154,15 @@ def test_a_control_without_a_break_or_with_an_unknown_fault_is_refused(tmp_path:
             "sabotage: [{fault: ray.leak_actors, arguments: {rate_per_s: .nan}}]}\n",
             "control.sabotage[0].arguments.rate_per_s: must be a finite number",
         ),
-        "missing.yaml": ("control: {of: nowhere.yaml, breaks: x, hold_fault: true, expect: {layer: vllm}}\n",
-                         "no such experiment file"),
-        "extra.yaml": (f"control: {{of: {scenario}, breaks: x, hold_fault: true, expect: {{layer: vllm}}}}\nslos: []\n",
-                       "slos: unknown key"),
-    }  # fmt: skip
+        "missing.yaml": (
+            "control: {of: nowhere.yaml, breaks: x, hold_fault: true, expect: {layer: vllm}}\n",
+            "no such experiment file",
+        ),
+        "extra.yaml": (
+            f"control: {{of: {scenario}, breaks: x, hold_fault: true, expect: {{layer: vllm}}}}\nslos: []\n",
+            "slos: unknown key",
+        ),
+    }
     for name, (text, message) in cases.items():
         path = tmp_path / name
         path.write_text(text)
@@ -167,8 +182,14 @@ def test_ctrl_c_right_after_a_sabotage_goes_in_reverts_it_and_the_fault_once(
     )
     step = SabotageStep(0, FAKE_SABOTAGE, at, {"values": {"canary.ttft_s": 3.0}})
     world = World(during=dict(HURT))
-    result = _run(tmp_path, monkeypatch, _control(spec, sabotage=(step,)), world,
-                  interrupt=signal.SIGINT, interrupt_at="sabotaged")  # fmt: skip
+    result = _run(
+        tmp_path,
+        monkeypatch,
+        _control(spec, sabotage=(step,)),
+        world,
+        interrupt=signal.SIGINT,
+        interrupt_at="sabotaged",
+    )
     names = world.names()
     assert result.verdict.status is Status.ABORTED and "interrupted" in result.verdict.reason, (
         result.verdict.reason

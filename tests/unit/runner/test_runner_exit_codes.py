@@ -38,8 +38,15 @@ def test_verdict_exit_code_of_each_outcome(
 
 
 def _verdict(status: Status, reason: str) -> Verdict:
-    return Verdict(experiment="kv_flood", title="t", env="local", status=status, reason=reason,
-                   started_at=0.0, ended_at=1.0)  # fmt: skip
+    return Verdict(
+        experiment="kv_flood",
+        title="t",
+        env="local",
+        status=status,
+        reason=reason,
+        started_at=0.0,
+        ended_at=1.0,
+    )
 
 
 @pytest.mark.parametrize(
@@ -69,9 +76,13 @@ def test_cli_maps_an_interrupted_run_to_130(
     [("passed_run", 0), ("baseline_failed_run", 1), ("stopped_run", 1), ("inject_error_run", 2)],
 )
 def test_cli_maps_verdicts_to_their_exit_code(
-    request: pytest.FixtureRequest, scenario: str, code: int, tmp_path: Path, private_home: Path,
+    request: pytest.FixtureRequest,
+    scenario: str,
+    code: int,
+    tmp_path: Path,
+    private_home: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     result: RunResult = request.getfixturevalue(scenario)
     monkeypatch.setattr(
         cli_run,
@@ -83,8 +94,14 @@ def test_cli_maps_verdicts_to_their_exit_code(
 
 def _inferchaos(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "inferchaos.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "inferchaos.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_exits_2_on_an_invalid_experiment(tmp_path: Path) -> None:

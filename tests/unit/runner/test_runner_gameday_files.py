@@ -53,8 +53,10 @@ def test_the_day_folder_gets_its_files_over_every_run(
     summary = json.loads((day / "summary.json").read_text())
     assert (summary["exit_code"], summary["outcome"]) == (2, "error")
     assert [(r["experiment"], r["status"], r["exit_code"]) for r in summary["runs"]] == [
-        ("kv_flood", "failed", 1), ("node_loss", None, 2), ("strict_pg_stall", "aborted", 1)
-    ]  # fmt: skip
+        ("kv_flood", "failed", 1),
+        ("node_loss", None, 2),
+        ("strict_pg_stall", "aborted", 1),
+    ]
     assert summary["runs"][0]["run_dir"] == asked[0].name
     assert summary["runs"][1]["reason"].startswith("the local environment is not up")
     suites = ET.fromstring((day / "junit.xml").read_text().encode()).findall("testsuite")

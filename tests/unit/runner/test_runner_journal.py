@@ -61,7 +61,9 @@ def assert_same_shape(ours: Any, ref: Any, where: str) -> None:
     """``ours`` has ``ref``'s keys and value types, recursively (OPAQUE keys: presence only)."""
     if isinstance(ref, dict):
         assert isinstance(ours, dict), f"{where}: expected an object, got {ours!r:.80}"
-        assert set(ours) == set(ref), f"{where}: keys differ: ours only {sorted(set(ours) - set(ref))}, chaoslib only {sorted(set(ref) - set(ours))}"  # fmt: skip
+        assert set(ours) == set(ref), (
+            f"{where}: keys differ: ours only {sorted(set(ours) - set(ref))}, chaoslib only {sorted(set(ref) - set(ours))}"
+        )
         for key, value in ref.items():
             if key not in OPAQUE:
                 assert_same_shape(ours[key], value, f"{where}.{key}")
@@ -71,7 +73,9 @@ def assert_same_shape(ours: Any, ref: Any, where: str) -> None:
             if ref:
                 assert_same_shape(item, ref[0], f"{where}[{index}]")
     else:
-        assert type(ours) is type(ref), f"{where}: {type(ours).__name__} {ours!r:.60}, chaoslib writes {type(ref).__name__}"  # fmt: skip
+        assert type(ours) is type(ref), (
+            f"{where}: {type(ours).__name__} {ours!r:.60}, chaoslib writes {type(ref).__name__}"
+        )
         if where.endswith((".start", ".end")):
             datetime.fromisoformat(ours)
 
@@ -167,22 +171,29 @@ def test_report_tables_are_filled_for_an_injected_run(passed_run: RunResult) -> 
 
 def test_slo_probes_are_activities_chaoslib_accepts(passed_run: RunResult) -> None:
     states = _journal(passed_run)["steady_states"]
-    probes = [p["activity"] for p in (*states["before"]["probes"], *states["during"][0]["probes"],
-                                      *states["after"]["probes"])]  # fmt: skip
+    probes = [
+        p["activity"]
+        for p in (*states["before"]["probes"], *states["during"][0]["probes"], *states["after"]["probes"])
+    ]
     # Imports each provider's module and checks its arguments against the function's signature.
     ensure_hypothesis_is_valid({"steady-state-hypothesis": {"title": "replay", "probes": probes}})
 
 
-@pytest.mark.parametrize(("scenario", "key"), [("passed_run", "before"), ("passed_run", "after"),
-                                               ("slo_failed_run", "during")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scenario", "key"), [("passed_run", "before"), ("passed_run", "after"), ("slo_failed_run", "during")]
+)
 def test_chaoslib_replays_the_slo_probes_from_the_run_folder(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, scenario: str, key: str
 ) -> None:
     result: RunResult = request.getfixturevalue(scenario)
     state = _journal(result)["steady_states"][key]
     state = state[0] if key == "during" else state
-    experiment = {"steady-state-hypothesis": {"title": "replay",
-                                              "probes": [copy.deepcopy(p["activity"]) for p in state["probes"]]}}  # fmt: skip
+    experiment = {
+        "steady-state-hypothesis": {
+            "title": "replay",
+            "probes": [copy.deepcopy(p["activity"]) for p in state["probes"]],
+        }
+    }
     monkeypatch.chdir(result.run_dir)
     replayed = run_steady_state_hypothesis(
         experiment, {}, {}, dry=None, event_registry=EventHandlerRegistry()

@@ -131,15 +131,19 @@ def test_the_shipped_scenarios_leave_the_window_shorter_than_the_revert(path: Pa
     ("arguments", "expected"),
     [
         # The window equals the wait: a controller back after 30 s could only time out the revert.
-        ({"recover_timeout_s": 30, "keep_down": True},
-         "recovery.within_s: 30 s must be shorter than the revert's own wait for the platform (30 s: "
-         "method[1].provider.arguments.recover_timeout_s 30 s)"),
+        (
+            {"recover_timeout_s": 30, "keep_down": True},
+            "recovery.within_s: 30 s must be shorter than the revert's own wait for the platform (30 s: "
+            "method[1].provider.arguments.recover_timeout_s 30 s)",
+        ),
         # Counted from the kill, the 15 s the fault is held use up part of the wait.
-        ({"recover_timeout_s": 40},
-         "recovery.within_s: 30 s must be shorter than the revert's own wait for the platform (25 s: "
-         "method[1].provider.arguments.recover_timeout_s 40 s counted from the injection, less pauses.after 15 s)"),
+        (
+            {"recover_timeout_s": 40},
+            "recovery.within_s: 30 s must be shorter than the revert's own wait for the platform (25 s: "
+            "method[1].provider.arguments.recover_timeout_s 40 s counted from the injection, less pauses.after 15 s)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_validation_refuses_a_window_as_long_as_the_revert_waits(
     arguments: dict[str, Any], expected: str, tmp_path: Path
 ) -> None:
@@ -166,8 +170,12 @@ def test_inferchaos_run_refuses_it_in_one_line_with_exit_2(tmp_path: Path) -> No
     env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", "run", str(path), "--out", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and f"{path}: recovery.within_s: 30 s must be shorter" in lines[0], done.stderr

@@ -35,8 +35,12 @@ def _inferchaos(cwd: Path, *args: str) -> Cli:
     env = {**os.environ, "INFERCHAOS_HOME": str(cwd / "home"), "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "inferchaos.cli.main", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return Cli(done.returncode, done.stdout, done.stderr)
 
 

@@ -79,8 +79,16 @@ def _signal_cases(phase: InterruptAt, injected: bool, **setup: Any) -> list[Case
 def _second_signal(phase: InterruptAt, **setup: Any) -> Case:
     script = {**setup.pop("script", {}), "revert_takes_s": SLOW_S}
     signals = ((signal.SIGINT, phase), (signal.SIGTERM, "reverting"))
-    return Case(phase, "second signal in revert", Status.ABORTED, INTERRUPTED, 130, script=script,
-                signals=signals, **setup)  # fmt: skip
+    return Case(
+        phase,
+        "second signal in revert",
+        Status.ABORTED,
+        INTERRUPTED,
+        130,
+        script=script,
+        signals=signals,
+        **setup,
+    )
 
 
 LONG = {"during_s": LONG_DURING_S}
@@ -89,32 +97,71 @@ SLOW_RECOVERY = {"after": {"canary.ttft_s": 2.0}}
 
 CASES: list[Case] = [
     # baseline: nothing is injected yet, so nothing may be reverted either.
-    Case("baseline", "exception", Status.ERROR, "baseline failed: the sampler stopped: RuntimeError: display broke",
-         2, injected=False, spec={"baseline_s": LONG_DURING_S},
-         progress_raises=("baseline", RuntimeError("display broke"))),
+    Case(
+        "baseline",
+        "exception",
+        Status.ERROR,
+        "baseline failed: the sampler stopped: RuntimeError: display broke",
+        2,
+        injected=False,
+        spec={"baseline_s": LONG_DURING_S},
+        progress_raises=("baseline", RuntimeError("display broke")),
+    ),
     *_signal_cases("baseline", injected=False, spec={"baseline_s": LONG_DURING_S}),
     # injecting: the ledger entry is written, the act under way; the revert waits for the act.
-    Case("injecting", "exception", Status.ERROR, f"inject failed: RuntimeError: {BUG}", 2,
-         script={"inject_raises": RuntimeError(BUG)}),
+    Case(
+        "injecting",
+        "exception",
+        Status.ERROR,
+        f"inject failed: RuntimeError: {BUG}",
+        2,
+        script={"inject_raises": RuntimeError(BUG)},
+    ),
     *_signal_cases("injecting", injected=True, spec=LONG, script={"inject_takes_s": SLOW_S}),
     _second_signal("injecting", spec=LONG, script={"inject_takes_s": SLOW_S}),
     # during: the fault is active.
-    Case("during", "exception", Status.ERROR, f"during failed: RuntimeError: {BUG}", 2,
-         script={"evidence_raises": RuntimeError(BUG)}),
+    Case(
+        "during",
+        "exception",
+        Status.ERROR,
+        f"during failed: RuntimeError: {BUG}",
+        2,
+        script={"evidence_raises": RuntimeError(BUG)},
+    ),
     *_signal_cases("during", injected=True, spec=LONG),
-    Case("during", "stop condition", Status.ABORTED, "stop condition front_door_down:", 1,
-         spec={**LONG, "stop_conditions": [STOP_CONDITION]}, world={"during": {"canary.success": 0.0}}),
+    Case(
+        "during",
+        "stop condition",
+        Status.ABORTED,
+        "stop condition front_door_down:",
+        1,
+        spec={**LONG, "stop_conditions": [STOP_CONDITION]},
+        world={"during": {"canary.success": 0.0}},
+    ),
     _second_signal("during", spec=LONG),
     # reverting: the revert is acting; it must run to its end whatever arrives.
-    Case("reverting", "exception", Status.ERROR, f"revert failed: RuntimeError: {BUG}", 2,
-         script={"revert_raises": RuntimeError(BUG)}, revert_fails=True),
+    Case(
+        "reverting",
+        "exception",
+        Status.ERROR,
+        f"revert failed: RuntimeError: {BUG}",
+        2,
+        script={"revert_raises": RuntimeError(BUG)},
+        revert_fails=True,
+    ),
     *_signal_cases("reverting", injected=True, script={"revert_takes_s": SLOW_S}),
     _second_signal("reverting"),
     # recovery: the revert is done; whatever happens now must not revert again.
-    Case("recovery", "exception", Status.ERROR, f"recovery failed: RuntimeError: {BUG}", 2,
-         script={"evidence_after_revert_raises": RuntimeError(BUG)}),
+    Case(
+        "recovery",
+        "exception",
+        Status.ERROR,
+        f"recovery failed: RuntimeError: {BUG}",
+        2,
+        script={"evidence_after_revert_raises": RuntimeError(BUG)},
+    ),
     *_signal_cases("recovery", injected=True, world=SLOW_RECOVERY),
-]  # fmt: skip
+]
 
 
 def _run_case(case: Case, tmp_path: Path) -> tuple[ExperimentSpec, RunResult]:

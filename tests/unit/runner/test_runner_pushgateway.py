@@ -60,9 +60,13 @@ def _cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
 )
 @pytest.mark.parametrize("command", [["run", str(KV_FLOOD)], ["gameday"]], ids=["run", "gameday"])
 def test_a_bad_url_is_refused_in_one_line_before_anything_runs(
-    command: list[str], url: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    url: str,
+    problem: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("INFERCHAOS_HOME", str(home))
 
@@ -115,8 +119,14 @@ def _run_with_push(
         return passed_run.verdict
 
     monkeypatch.setattr(cli_run, "run_experiment", recorded)
-    return cli_run.run_one(load_and_validate(KV_FLOOD), FakeEnv(), tmp_path / "runs", 1.0, False,  # type: ignore[arg-type]
-                        pushgateway=gateway)[0]  # fmt: skip
+    return cli_run.run_one(
+        load_and_validate(KV_FLOOD),
+        FakeEnv(),
+        tmp_path / "runs",
+        1.0,
+        False,  # type: ignore[arg-type]
+        pushgateway=gateway,
+    )[0]
 
 
 def test_a_failed_push_is_one_line_and_keeps_the_exit_code(
@@ -139,9 +149,15 @@ def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     with (work / "pushgateway.log").open("wb") as log:
         process = subprocess.Popen(
-            [PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}", f"--persistence.file={work / 'metrics.data'}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                PUSHGATEWAY,
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--persistence.file={work / 'metrics.data'}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 15

@@ -9,8 +9,21 @@ import pytest
 
 from tests.fakes.runner import DEFAULT_RECOVERY, EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
 
-JOURNAL_KEYS = {"chaoslib-version", "platform", "node", "experiment", "start", "end", "duration", "status",
-                "deviated", "steady_states", "run", "rollbacks", "extensions"}  # fmt: skip
+JOURNAL_KEYS = {
+    "chaoslib-version",
+    "platform",
+    "node",
+    "experiment",
+    "start",
+    "end",
+    "duration",
+    "status",
+    "deviated",
+    "steady_states",
+    "run",
+    "rollbacks",
+    "extensions",
+}
 PHASES = ["phase.baseline_start", "phase.injected", "phase.reverted", "phase.end"]
 
 

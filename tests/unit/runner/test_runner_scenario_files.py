@@ -52,10 +52,21 @@ def test_there_are_sixteen_scenarios() -> None:
 def test_chaos_validate_accepts_the_scenario(path: Path, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
     done = subprocess.run(
-        [str(CHAOS), "--no-version-check", "--no-log-file", "--settings", str(tmp_path / "settings.yaml"),
-         "validate", str(path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(CHAOS),
+            "--no-version-check",
+            "--no-log-file",
+            "--settings",
+            str(tmp_path / "settings.yaml"),
+            "validate",
+            str(path),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "experiment syntax and semantic look valid" in done.stdout + done.stderr
 

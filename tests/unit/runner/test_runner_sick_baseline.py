@@ -20,12 +20,32 @@ from tests.fakes.runner import FakeEnv, RunResult, World, make_spec, run_fake_ex
 
 # No baseline SLO on latency: the platform serves, it is just slow, which only the gate judges.
 SLOS: list[dict[str, Any]] = [
-    {"name": "serves_before", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9,
-     "phase": "baseline"},
-    {"name": "availability", "probe": "canary.success", "agg": "mean", "op": ">=", "threshold": 0.9, "phase": "during"},
-    {"name": "ttft_after", "probe": "canary.ttft_s", "agg": "p95", "op": "<=",
-     "threshold": {"times_baseline": 3, "at_least": 0.3}, "phase": "recovery", "window_s": 0.5},
-]  # fmt: skip
+    {
+        "name": "serves_before",
+        "probe": "canary.success",
+        "agg": "mean",
+        "op": ">=",
+        "threshold": 0.9,
+        "phase": "baseline",
+    },
+    {
+        "name": "availability",
+        "probe": "canary.success",
+        "agg": "mean",
+        "op": ">=",
+        "threshold": 0.9,
+        "phase": "during",
+    },
+    {
+        "name": "ttft_after",
+        "probe": "canary.ttft_s",
+        "agg": "p95",
+        "op": "<=",
+        "threshold": {"times_baseline": 3, "at_least": 0.3},
+        "phase": "recovery",
+        "window_s": 0.5,
+    },
+]
 # Slower than the fake local environment's range (2 s), and than every healthy baseline.
 SICK = {
     "canary.success": 1.0,
@@ -36,8 +56,12 @@ SICK = {
 
 
 def _run(tmp_path: Path, env: FakeEnv) -> RunResult:
-    return run_fake_experiment(make_spec(tmp_path / "sick.yaml", slos=SLOS), tmp_path / "run",
-                               world=World(baseline=dict(SICK)), env=env)  # fmt: skip
+    return run_fake_experiment(
+        make_spec(tmp_path / "sick.yaml", slos=SLOS),
+        tmp_path / "run",
+        world=World(baseline=dict(SICK)),
+        env=env,
+    )
 
 
 def test_a_sick_baseline_ends_the_run_as_an_error_with_nothing_injected(
@@ -69,8 +93,12 @@ def _fake_sampling(ttft_s: float) -> Callable[..., Any]:
     async def sample(env: Any, timeline: Timeline, pace: CanaryPace, enough: Any, named: Any = None) -> int:
         now = time.time()
         for i in range(10):
-            timeline.append_tick([Row(now + i * 0.01, "canary.success", {}, 1.0),
-                                  Row(now + i * 0.01, "canary.ttft_s", {}, ttft_s)])  # fmt: skip
+            timeline.append_tick(
+                [
+                    Row(now + i * 0.01, "canary.success", {}, 1.0),
+                    Row(now + i * 0.01, "canary.ttft_s", {}, ttft_s),
+                ]
+            )
         return 10
 
     return sample

@@ -89,9 +89,12 @@ def _reason(empty: Path) -> str:
 
 @pytest.mark.usefixtures("fake_local")
 def test_gameday_without_budgets_runs_the_rest_and_shows_the_squat_skipped(
-    no_cgroups: Path, suite: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    no_cgroups: Path,
+    suite: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     out = tmp_path / "runs"
     assert _cli(["gameday", "--out", str(out), "--interval", "0.25"], monkeypatch) == 0
     captured = capsys.readouterr()
@@ -110,8 +113,9 @@ def test_gameday_without_budgets_runs_the_rest_and_shows_the_squat_skipped(
     summary = json.loads((day / "summary.json").read_text())
     assert (summary["exit_code"], summary["outcome"]) == (0, "passed")
     assert [(r["experiment"], r["status"], r["exit_code"]) for r in summary["runs"]] == [
-        (OTHER, "passed", 0), ("gpu_memory_squat", "skipped", 0)
-    ]  # fmt: skip
+        (OTHER, "passed", 0),
+        ("gpu_memory_squat", "skipped", 0),
+    ]
     suites = {s.get("name"): s for s in ET.fromstring((day / "junit.xml").read_bytes()).iter("testsuite")}
     (skipped,) = suites["gpu_memory_squat"].iter("skipped")
     assert skipped.get("message", "").startswith(_reason(no_cgroups))
@@ -131,8 +135,9 @@ def test_gameday_strict_turns_the_skip_into_exit_2_after_running_the_rest(
     out = tmp_path / "runs"
     assert _cli(["gameday", "--out", str(out), "--interval", "0.25", "--strict"], monkeypatch) == 2
     assert {name: v["status"] for name, v in _verdicts(out).items()} == {
-        OTHER: "passed", "gpu_memory_squat": "skipped"
-    }  # fmt: skip
+        OTHER: "passed",
+        "gpu_memory_squat": "skipped",
+    }
     (day,) = out.glob("gameday-*")
     summary = json.loads((day / "summary.json").read_text())
     assert [r["exit_code"] for r in summary["runs"]] == [0, 2]
@@ -141,9 +146,14 @@ def test_gameday_strict_turns_the_skip_into_exit_2_after_running_the_rest(
 @pytest.mark.usefixtures("fake_local")
 @pytest.mark.parametrize(("strict", "code"), [(False, 0), (True, 2)], ids=["plain", "strict"])
 def test_gameday_dry_run_lists_the_skip_and_touches_nothing(
-    no_cgroups: Path, suite: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, strict: bool, code: int,
-) -> None:  # fmt: skip
+    no_cgroups: Path,
+    suite: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    strict: bool,
+    code: int,
+) -> None:
     out = tmp_path / "runs"
     argv = ["gameday", "--out", str(out), "--dry-run", *(["--strict"] if strict else [])]
     assert _cli(argv, monkeypatch) == code
@@ -156,9 +166,13 @@ def test_gameday_dry_run_lists_the_skip_and_touches_nothing(
 @pytest.mark.usefixtures("fake_local")
 @pytest.mark.parametrize(("strict", "code"), [(False, 0), (True, 2)], ids=["plain", "strict"])
 def test_run_of_the_squat_without_budgets_records_a_skipped_verdict(
-    no_cgroups: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    strict: bool, code: int,
-) -> None:  # fmt: skip
+    no_cgroups: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    strict: bool,
+    code: int,
+) -> None:
     out = tmp_path / "runs"
     assert (
         _cli(["run", str(SQUAT), "--out", str(out), *(["--strict"] if strict else [])], monkeypatch) == code
@@ -188,8 +202,15 @@ def test_run_dry_run_of_the_squat_prints_the_skip_and_writes_nothing(
 
 
 def test_a_skip_exits_0_and_is_no_failure_of_the_day() -> None:
-    verdict = Verdict(experiment="gpu_memory_squat", title="t", env="local", status=Status.SKIPPED,
-                      reason="no budgets", started_at=0.0, ended_at=0.0)  # fmt: skip
+    verdict = Verdict(
+        experiment="gpu_memory_squat",
+        title="t",
+        env="local",
+        status=Status.SKIPPED,
+        reason="no budgets",
+        started_at=0.0,
+        ended_at=0.0,
+    )
     assert verdict.exit_code == 0
 
 

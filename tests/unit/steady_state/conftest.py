@@ -134,8 +134,15 @@ class Synth:
 
     t0 = 1_800_000_000.0
 
-    def rows(self, probe: str, values: Iterable[float], *, start: float = 0.0, step: float = 1.0,
-             labels: Mapping[str, str] | None = None) -> list[Row]:  # fmt: skip
+    def rows(
+        self,
+        probe: str,
+        values: Iterable[float],
+        *,
+        start: float = 0.0,
+        step: float = 1.0,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[Row]:
         """Rows of ``probe`` at ``t0 + start + k * step``; a NaN value becomes a failed read."""
         out = []
         for k, value in enumerate(values):
@@ -144,8 +151,13 @@ class Synth:
             out.append(Row(t, probe, dict(labels or {}), float(value), error))
         return out
 
-    def error_rows(self, probe_object: str, times: Iterable[float], error: str = "ProbeError: refused",
-                   labels: Mapping[str, str] | None = None) -> list[Row]:  # fmt: skip
+    def error_rows(
+        self,
+        probe_object: str,
+        times: Iterable[float],
+        error: str = "ProbeError: refused",
+        labels: Mapping[str, str] | None = None,
+    ) -> list[Row]:
         """Failed-read rows of a Probe object (e.g. ``vllm@replica-0``) at the given offsets,
         with the labels the sampler copies from that object (``{"replica": "replica-0"}``)."""
         return [Row(self.t0 + t, probe_object, dict(labels or {}), math.nan, error) for t in times]

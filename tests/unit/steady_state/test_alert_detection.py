@@ -39,9 +39,14 @@ def alerts_read(synth: Synth, firing: dict[float, dict[str, str]] | None = None)
 
 def canary(synth: Synth, fails_from: float | None) -> list[Row]:
     return [
-        Row(synth.t0 + t, "canary.success", {"replica": "replica-0"}, 0.0 if fails_from is not None and t >= fails_from else 1.0)
+        Row(
+            synth.t0 + t,
+            "canary.success",
+            {"replica": "replica-0"},
+            0.0 if fails_from is not None and t >= fails_from else 1.0,
+        )
         for t in range(51)
-    ]  # fmt: skip
+    ]
 
 
 def test_an_alert_that_fired_is_a_row_of_its_layer_with_its_lead_over_the_first_failed_request(

@@ -350,14 +350,24 @@ def latency_samples(result: StreamResult) -> set[tuple[str, float, str]]:
         # No first token: both latencies at the timeout, censored, with whatever replica was named.
         (REFUSED, {("canary.ttft_s", 7.0, "censored=1"), ("canary.e2e_s", 7.0, "censored=1")}),
         (NOT_SENT, {("canary.ttft_s", 7.0, "censored=1"), ("canary.e2e_s", 7.0, "censored=1")}),
-        (TIMED_OUT_AFTER_HEADERS, {("canary.ttft_s", 7.0, "censored=1;replica=replica-1"),
-                                   ("canary.e2e_s", 7.0, "censored=1;replica=replica-1")}),
+        (
+            TIMED_OUT_AFTER_HEADERS,
+            {
+                ("canary.ttft_s", 7.0, "censored=1;replica=replica-1"),
+                ("canary.e2e_s", 7.0, "censored=1;replica=replica-1"),
+            },
+        ),
         # A first token came: its TTFT is real, only the e2e of the failure is censored.
-        (BROKE_OFF_AFTER_FIRST_TOKEN, {("canary.ttft_s", 0.2, "replica=replica-1"),
-                                       ("canary.e2e_s", 7.0, "censored=1;replica=replica-1")}),
+        (
+            BROKE_OFF_AFTER_FIRST_TOKEN,
+            {
+                ("canary.ttft_s", 0.2, "replica=replica-1"),
+                ("canary.e2e_s", 7.0, "censored=1;replica=replica-1"),
+            },
+        ),
     ],
     ids=["answered", "refused", "not_sent", "timed_out_after_headers", "broke_off_after_first_token"],
-)  # fmt: skip
+)
 def test_a_failed_request_counts_in_the_latencies_at_its_timeout(
     result: StreamResult, expected: set[tuple[str, float, str]]
 ) -> None:
@@ -375,8 +385,14 @@ def test_a_replicas_latency_slo_counts_its_censored_failures() -> None:
     )
     timeline.mark("baseline_start", t0)
     timeline.mark("end", t0 + 30)
-    doc = {"slos": [yaml.safe_load('{name: r1_ttft, probe: canary.ttft_s, labels: {replica: replica-1}, '
-                                   'agg: p95, op: "<=", threshold: 1.0, phase: baseline}')]}  # fmt: skip
+    doc = {
+        "slos": [
+            yaml.safe_load(
+                "{name: r1_ttft, probe: canary.ttft_s, labels: {replica: replica-1}, "
+                'agg: p95, op: "<=", threshold: 1.0, phase: baseline}'
+            )
+        ]
+    }
     (slo,) = ensure_slos_are_valid(doc).slos
     result = evaluate_slo(timeline, slo)
     assert (result.ok, result.observed, result.samples) == (False, 7.0, 20)

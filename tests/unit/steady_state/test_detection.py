@@ -33,10 +33,14 @@ def healthy_tick(t: float) -> list[Row]:
         Row(t, "ray.serve_replicas", {"app": "default", "deployment": "Replica", "state": "RUNNING"}, 2.0)
     ]
     rows += [
-        Row(t, "ray.serve_replica", {"app": "default", "deployment": "Replica", "replica": rid, "state": "RUNNING"},
-            1.0)
+        Row(
+            t,
+            "ray.serve_replica",
+            {"app": "default", "deployment": "Replica", "replica": rid, "state": "RUNNING"},
+            1.0,
+        )
         for rid in ("abc", "def")
-    ]  # fmt: skip
+    ]
     return rows
 
 
@@ -154,8 +158,14 @@ def test_a_replica_failing_before_the_fault_is_not_a_notice() -> None:
     tl = Timeline()
     for second in range(31):
         t = T0 + second
-        tl.append_tick([r if r.probe != "vllm.healthy" or r.labels["replica"] != "replica-1"
-                        else Row(t, "vllm.healthy", {"replica": "replica-1"}, 0.0) for r in healthy_tick(t)])  # fmt: skip
+        tl.append_tick(
+            [
+                r
+                if r.probe != "vllm.healthy" or r.labels["replica"] != "replica-1"
+                else Row(t, "vllm.healthy", {"replica": "replica-1"}, 0.0)
+                for r in healthy_tick(t)
+            ]
+        )
     tl.mark("injected", INJECTED)
     assert by_signal(detect_signals(tl))["vllm.health"].noticed_after_s is None
 
@@ -228,12 +238,16 @@ def test_k8s_readiness_is_listed_where_there_is_a_kube_api() -> None:
 
 
 def test_the_cli_line_names_who_noticed_and_says_never() -> None:
-    line = noticed_line([
-        SignalDetection("inferchaos", "inferchaos.slo_or_detector", 1.23, T0, "slo availability"),
-        SignalDetection("ray", "ray.serve_replicas", 6.1, T0, "Serve replica abc of Replica STOPPING"),
-        SignalDetection("vllm", "vllm.health", None),
-        SignalDetection("canary", "canary.first_failed_request", 0.8, T0, "canary request failed on replica-0"),
-    ])  # fmt: skip
+    line = noticed_line(
+        [
+            SignalDetection("inferchaos", "inferchaos.slo_or_detector", 1.23, T0, "slo availability"),
+            SignalDetection("ray", "ray.serve_replicas", 6.1, T0, "Serve replica abc of Replica STOPPING"),
+            SignalDetection("vllm", "vllm.health", None),
+            SignalDetection(
+                "canary", "canary.first_failed_request", 0.8, T0, "canary request failed on replica-0"
+            ),
+        ]
+    )
     assert line == (
         "noticed: inferchaos 1.2 s (slo availability) · serve 6.1 s · vllm /health never · first failed request 0.8 s"
     )

@@ -118,8 +118,14 @@ def test_a_healthy_platform_holds_every_part_and_recovers(synth: Synth) -> None:
     assert evaluation.recovery.recovered  # type: ignore[attr-defined]
     names = {slo.name for slo in spec.slos}
     # Every replica the baseline saw, Ray's nodes, Serve's replicas and the front door.
-    for part in ("replica-0.serves_after", "replica-1.answers_during", "nodes_after", "serve_replicas_after",
-                 "front_door_after", "no_stuck_request_before"):  # fmt: skip
+    for part in (
+        "replica-0.serves_after",
+        "replica-1.answers_during",
+        "nodes_after",
+        "serve_replicas_after",
+        "front_door_after",
+        "no_stuck_request_before",
+    ):
         assert f"platform.{part}" in names
 
 
@@ -140,8 +146,13 @@ def test_a_replica_frozen_for_good_at_the_revert_fails_recovery_and_is_named(syn
     recovery = evaluation.recovery  # type: ignore[attr-defined]
     assert not recovery.recovered
     assert "platform.replica-0.serves_after" in recovery.failing_at_end
-    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S),  # type: ignore[attr-defined]
-                               recovery.failing_at_end)  # fmt: skip
+    failure = platform_failure(
+        timeline,
+        spec,
+        evaluation.slos,
+        PlatformSteadyState(TIMEOUT_S),  # type: ignore[attr-defined]
+        recovery.failing_at_end,
+    )
     assert failure is not None and failure.replica == "replica-0" and failure.phase == "recovery"
     assert triage_failure(timeline, failure, {}).layer == "vllm"
 
@@ -161,7 +172,13 @@ def test_a_replica_the_fault_did_not_target_frozen_during_the_fault_is_named(syn
     timeline = run(synth, lambda t, r: None if r == "replica-1" and 12 <= t < 30 else 1.0)
     spec, evaluation = judge(timeline, allows=frozenset({"replica-0"}))
     assert "platform.replica-1.serves_during" in failed(evaluation)
-    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-0"}))), ())  # type: ignore[attr-defined]  # fmt: skip
+    failure = platform_failure(
+        timeline,
+        spec,
+        evaluation.slos,
+        PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-0"}))),
+        (),
+    )  # type: ignore[attr-defined]
     assert failure is not None and (failure.replica, failure.phase) == ("replica-1", "during")
     assert triage_failure(timeline, failure, {}).layer == "vllm"
 
@@ -230,8 +247,13 @@ def test_a_platform_that_healed_too_late_names_what_kept_recovery_from_holding(s
     # What held throughout, or came back in time, did not keep it.
     assert "platform.nodes_after" not in recovery.blocked_by and "no_pending_after" not in recovery.blocked_by
     assert recovery.reason.startswith(", ".join(recovery.blocked_by))
-    failure = platform_failure(timeline, spec, evaluation.slos, PlatformSteadyState(TIMEOUT_S),  # type: ignore[attr-defined]
-                               recovery.blocked_by)  # fmt: skip
+    failure = platform_failure(
+        timeline,
+        spec,
+        evaluation.slos,
+        PlatformSteadyState(TIMEOUT_S),  # type: ignore[attr-defined]
+        recovery.blocked_by,
+    )
     assert failure is not None and (failure.replica, failure.phase) == ("replica-0", "recovery")
 
 
@@ -246,8 +268,9 @@ def test_a_survivor_that_hangs_beside_a_lost_node_is_the_engines_failure(synth: 
         *synth.rows("ray.nodes_dead", [0.0 if t < 22 else 1.0 for t in range(n)]),
     ]
     rows = [r for r in platform_rows(synth) if r.probe != "ray.nodes_alive"] + nodes
-    timeline = synth.timeline(canary_rows(synth, lambda t, r: None if r == "replica-0" and t >= 10 else 1.0),
-                              rows, **MARKS)  # fmt: skip
+    timeline = synth.timeline(
+        canary_rows(synth, lambda t, r: None if r == "replica-0" and t >= 10 else 1.0), rows, **MARKS
+    )
     spec, evaluation = judge(timeline, allows=frozenset({"replica-1"}))
     failure = platform_failure(
         timeline,
@@ -258,8 +281,11 @@ def test_a_survivor_that_hangs_beside_a_lost_node_is_the_engines_failure(synth: 
     )
     assert failure is not None and failure.replica == "replica-0"
     injected, reverted = synth.t0 + MARKS["injected"], synth.t0 + MARKS["reverted"]
-    scenario_triage = TriageResult("vllm", "replica-0 stalled", {"probe": "canary.success", "condition": "below",
-                                                                  "labels": {"replica": "replica-0"}})  # fmt: skip
+    scenario_triage = TriageResult(
+        "vllm",
+        "replica-0 stalled",
+        {"probe": "canary.success", "condition": "below", "labels": {"replica": "replica-0"}},
+    )
     symptoms = fault_symptoms(timeline, "ray", injected, reverted + 5, {}, scenario_triage)
     assert symptoms and all(s.probe.startswith("ray.nodes") for s in symptoms)
     assert triage_failure(timeline, failure, {}, symptoms).layer == "vllm"
@@ -350,8 +376,10 @@ def test_a_plain_chaos_run_reads_the_same_platform_failures_off_its_timeline(syn
     assert any(f.startswith("recovery: ") for f in failures), failures
     assert platform_failures(frozen, OWN, state, (Phase.BASELINE,)) == ()
     hung = run(synth, lambda t, r: None if r == "replica-1" else 1.0)
-    assert any(f.startswith("platform.no_stuck_request_before: ")
-               for f in platform_failures(hung, OWN, state, (Phase.BASELINE,)))  # fmt: skip
+    assert any(
+        f.startswith("platform.no_stuck_request_before: ")
+        for f in platform_failures(hung, OWN, state, (Phase.BASELINE,))
+    )
 
 
 def test_a_replica_the_platform_healed_within_the_window_passes_and_is_named(synth: Synth) -> None:
@@ -423,13 +451,23 @@ def test_a_link_slowed_since_before_the_fault_answers_for_a_replica_that_fails_a
     the cause, not a standing condition to leave out, and not replica-1's own engine."""
     n = END + 1
     links = [
-        *synth.rows("network.handshake_rtt_s", [0.5 if 10 <= t < 30 else 0.0005 for t in range(n)],
-                    labels={"node": "node-a"}),
-        *synth.rows("network.handshake_rtt_s", [0.5 if t >= 8 else 0.0005 for t in range(n)],
-                    labels={"node": "node-b"}),
-    ]  # fmt: skip
-    unanswered = synth.error_rows("vllm@replica-1", range(31, 50), "TimeoutError: no answer within 0.8 s",
-                                  labels={"replica": "replica-1"})  # fmt: skip
+        *synth.rows(
+            "network.handshake_rtt_s",
+            [0.5 if 10 <= t < 30 else 0.0005 for t in range(n)],
+            labels={"node": "node-a"},
+        ),
+        *synth.rows(
+            "network.handshake_rtt_s",
+            [0.5 if t >= 8 else 0.0005 for t in range(n)],
+            labels={"node": "node-b"},
+        ),
+    ]
+    unanswered = synth.error_rows(
+        "vllm@replica-1",
+        range(31, 50),
+        "TimeoutError: no answer within 0.8 s",
+        labels={"replica": "replica-1"},
+    )
     timeline = synth.timeline(canary_rows(synth, healthy), platform_rows(synth), links, unanswered, **MARKS)
     symptoms = fault_symptoms(timeline, "network", synth.t0 + 10, synth.t0 + 35, {}, None)
     assert symptoms and all(s.labels == {"node": "node-a"} for s in symptoms)

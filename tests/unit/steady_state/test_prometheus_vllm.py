@@ -215,9 +215,14 @@ def _status(prometheus: PrometheusStatus | None, names: tuple[str, ...] = ("vllm
         for i, name in enumerate(names)
     ]
     return EnvStatus(
-        "cluster", True, RayStatus("r:6379", "http://d"), VllmStatus(replicas=replicas),
-        FrontDoorStatus("http://fd", True), ModelStatus("m", 128), prometheus=prometheus,
-    )  # fmt: skip
+        "cluster",
+        True,
+        RayStatus("r:6379", "http://d"),
+        VllmStatus(replicas=replicas),
+        FrontDoorStatus("http://fd", True),
+        ModelStatus("m", 128),
+        prometheus=prometheus,
+    )
 
 
 def test_an_environment_with_prometheus_reads_every_replica_through_one_source_with_its_labels() -> None:

@@ -98,24 +98,51 @@ def test_a_lower_bound_on_latency_gets_no_ceiling() -> None:
 @pytest.mark.parametrize(
     ("threshold", "kwargs", "message"),
     [
-        ({"times_baseline": 3, "at_most": 10}, {},
-         "slos[0].threshold.at_most: must be below the canary's 10 s request timeout (canary.request_timeout_s): "
-         "a bound at or above it can never be breached; got 10"),
-        ({"times_baseline": 3, "at_most": 12.5}, {"probe": "canary.e2e_s"},
-         "slos[0].threshold.at_most: must be below the canary's 10 s request timeout"),
+        (
+            {"times_baseline": 3, "at_most": 10},
+            {},
+            "slos[0].threshold.at_most: must be below the canary's 10 s request timeout (canary.request_timeout_s): "
+            "a bound at or above it can never be breached; got 10",
+        ),
+        (
+            {"times_baseline": 3, "at_most": 12.5},
+            {"probe": "canary.e2e_s"},
+            "slos[0].threshold.at_most: must be below the canary's 10 s request timeout",
+        ),
         ({"times_baseline": 3, "at_most": 0}, {}, "slos[0].threshold.at_most: must be more than 0, got 0"),
-        ({"times_baseline": 3, "at_most": "5s"}, {}, "slos[0].threshold.at_most: must be a number, got str '5s'"),
-        ({"times_baseline": 3, "at_least": 2, "at_most": 2}, {},
-         "slos[0].threshold.at_least: must be below the ceiling (at_most 2), got 2"),
-        ({"times_baseline": 3, "at_least": 6}, {},
-         "slos[0].threshold.at_least: must be below the ceiling (5: by default 0.5 x the 10 s canary timeout), got 6"),
-        ({"times_baseline": 0.5, "at_most": 2}, {"op": ">="},
-         "slos[0].threshold.at_most: a ceiling only makes sense for < and <=, not >="),
-        (10, {}, "slos[0].threshold: 10 can never be breached: canary.ttft_s reads at most the canary's 10 s "
-                 "request timeout (canary.request_timeout_s); give a bound below it"),
-        (12.0, {"op": "<", "probe": "canary.itl_s", "agg": "max"}, "slos[0].threshold: 12 can never be breached"),
+        (
+            {"times_baseline": 3, "at_most": "5s"},
+            {},
+            "slos[0].threshold.at_most: must be a number, got str '5s'",
+        ),
+        (
+            {"times_baseline": 3, "at_least": 2, "at_most": 2},
+            {},
+            "slos[0].threshold.at_least: must be below the ceiling (at_most 2), got 2",
+        ),
+        (
+            {"times_baseline": 3, "at_least": 6},
+            {},
+            "slos[0].threshold.at_least: must be below the ceiling (5: by default 0.5 x the 10 s canary timeout), got 6",
+        ),
+        (
+            {"times_baseline": 0.5, "at_most": 2},
+            {"op": ">="},
+            "slos[0].threshold.at_most: a ceiling only makes sense for < and <=, not >=",
+        ),
+        (
+            10,
+            {},
+            "slos[0].threshold: 10 can never be breached: canary.ttft_s reads at most the canary's 10 s "
+            "request timeout (canary.request_timeout_s); give a bound below it",
+        ),
+        (
+            12.0,
+            {"op": "<", "probe": "canary.itl_s", "agg": "max"},
+            "slos[0].threshold: 12 can never be breached",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bound_that_could_never_be_breached_is_refused_naming_the_key(
     threshold: Any, kwargs: dict[str, Any], message: str
 ) -> None:

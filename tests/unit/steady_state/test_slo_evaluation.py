@@ -245,12 +245,22 @@ def test_recovering_after_within_s_is_not_recovering(run: Timeline) -> None:
 
 
 def first_within_spec(ttft_first_within_s: float) -> SloSpec:
-    return spec(TTFT, AVAILABILITY, recovery=f"{{within_s: 15, hold_s: 5, steady: [ttft, availability], first_within_s: {{ttft: {ttft_first_within_s}}}}}")  # fmt: skip
+    return spec(
+        TTFT,
+        AVAILABILITY,
+        recovery=f"{{within_s: 15, hold_s: 5, steady: [ttft, availability], first_within_s: {{ttft: {ttft_first_within_s}}}}}",
+    )
 
 
 def up_to(timeline: Timeline, synth: Synth, last: float) -> Timeline:
-    return synth.timeline(*[[r for r in timeline.rows if r.probe == p and r.t <= synth.t0 + last]
-                            for p in ("canary.ttft_s", "canary.success")], injected=10, reverted=20)  # fmt: skip
+    return synth.timeline(
+        *[
+            [r for r in timeline.rows if r.probe == p and r.t <= synth.t0 + last]
+            for p in ("canary.ttft_s", "canary.success")
+        ],
+        injected=10,
+        reverted=20,
+    )
 
 
 def test_a_step_late_for_its_own_deadline_fails_recovery_once_the_deadline_has_passed(
@@ -271,8 +281,9 @@ def test_a_step_late_for_its_own_deadline_fails_recovery_once_the_deadline_has_p
 
 
 def test_a_step_never_sampled_after_the_revert_misses_its_deadline(synth: Synth) -> None:
-    silent = synth.timeline(synth.rows("canary.ttft_s", [0.1] * 20),
-                            synth.rows("canary.success", [1.0] * 41), **MARKS)  # fmt: skip
+    silent = synth.timeline(
+        synth.rows("canary.ttft_s", [0.1] * 20), synth.rows("canary.success", [1.0] * 41), **MARKS
+    )
     result = recover(silent, first_within_spec(3))
     assert result is not None and result.missed == ("ttft",) and result.settled
 
@@ -283,15 +294,25 @@ def cold_start_rows(synth: Synth, seconds: float, start: float, count: int) -> l
 
 def test_a_window_of_cold_starts_is_sized_by_the_baselines_cold_start(run: Timeline, synth: Synth) -> None:
     # TTFT is back 5 s after the revert: too late for 3 s, in time for 2 cold starts of 4 s.
-    scaled = spec(TTFT, AVAILABILITY, recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}")  # fmt: skip
-    slow_starts = synth.timeline(*(run.select(p) for p in ("canary.ttft_s", "canary.success")),
-                                 cold_start_rows(synth, 4.0, 0, 10), **MARKS)  # fmt: skip
+    scaled = spec(
+        TTFT,
+        AVAILABILITY,
+        recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}",
+    )
+    slow_starts = synth.timeline(
+        *(run.select(p) for p in ("canary.ttft_s", "canary.success")),
+        cold_start_rows(synth, 4.0, 0, 10),
+        **MARKS,
+    )
     result = recover(slow_starts, scaled)
     assert result is not None and result.recovered and result.time_to_recover_s == 5.0
     assert result.within_s == 8.0
     # Fast starts leave the floor: 2 x 1 s is shorter than within_s.
-    fast_starts = synth.timeline(*(run.select(p) for p in ("canary.ttft_s", "canary.success")),
-                                 cold_start_rows(synth, 1.0, 0, 10), **MARKS)  # fmt: skip
+    fast_starts = synth.timeline(
+        *(run.select(p) for p in ("canary.ttft_s", "canary.success")),
+        cold_start_rows(synth, 1.0, 0, 10),
+        **MARKS,
+    )
     result = recover(fast_starts, scaled)
     assert result is not None and not result.recovered and result.within_s == 3.0
     assert "from within 3 s of the revert (at least 3 s;" in result.reason
@@ -300,17 +321,32 @@ def test_a_window_of_cold_starts_is_sized_by_the_baselines_cold_start(run: Timel
 def test_only_the_baselines_cold_start_sizes_the_window(run: Timeline, synth: Synth) -> None:
     # A slow start-up after the injection is the fault's doing: it must not stretch the window
     # it is judged in. Without a baseline reading the window is within_s.
-    scaled = spec(TTFT, AVAILABILITY, recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}")  # fmt: skip
-    late = synth.timeline(*(run.select(p) for p in ("canary.ttft_s", "canary.success")),
-                          cold_start_rows(synth, 30.0, 12, 20), **MARKS)  # fmt: skip
+    scaled = spec(
+        TTFT,
+        AVAILABILITY,
+        recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}",
+    )
+    late = synth.timeline(
+        *(run.select(p) for p in ("canary.ttft_s", "canary.success")),
+        cold_start_rows(synth, 30.0, 12, 20),
+        **MARKS,
+    )
     result = recover(late, scaled)
     assert result is not None and not result.recovered and result.within_s == 3.0
 
 
 def test_a_window_of_cold_starts_says_what_it_was_sized_by(synth: Synth) -> None:
-    never = synth.timeline(synth.rows("canary.ttft_s", [0.1] * 10 + [2.0] * 31),
-                           synth.rows("canary.success", [1.0] * 41), cold_start_rows(synth, 4.0, 0, 10), **MARKS)  # fmt: skip
-    scaled = spec(TTFT, AVAILABILITY, recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}")  # fmt: skip
+    never = synth.timeline(
+        synth.rows("canary.ttft_s", [0.1] * 10 + [2.0] * 31),
+        synth.rows("canary.success", [1.0] * 41),
+        cold_start_rows(synth, 4.0, 0, 10),
+        **MARKS,
+    )
+    scaled = spec(
+        TTFT,
+        AVAILABILITY,
+        recovery="{within_s: 3, within_cold_starts: 2, hold_s: 5, steady: [ttft, availability]}",
+    )
     result = recover(never, scaled)
     assert result is not None and not result.recovered
     assert "from within 8 s of the revert (2 x this platform's replica cold start)" in result.reason
@@ -331,8 +367,9 @@ def test_a_hold_the_samples_do_not_reach_is_not_confirmed(run: Timeline, synth: 
 
 def test_a_single_bad_sample_restarts_the_hold(synth: Synth) -> None:
     ttft = [0.1] * 20 + [0.1, 0.1, 2.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]
-    timeline = synth.timeline(synth.rows("canary.ttft_s", ttft), synth.rows("canary.success", [1.0] * 31),
-                              injected=10, reverted=20)  # fmt: skip
+    timeline = synth.timeline(
+        synth.rows("canary.ttft_s", ttft), synth.rows("canary.success", [1.0] * 31), injected=10, reverted=20
+    )
     result = recover(timeline, recovery_spec(hold_s=3))
     assert result is not None and result.time_to_recover_s == 3.0  # from 23, after the blip at 22
 

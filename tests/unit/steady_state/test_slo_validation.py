@@ -99,13 +99,25 @@ def test_ops_compare_as_written() -> None:
         (("slos", 1), "availability", "slos[1]: must be a mapping, got str"),
         (("slos", 1, "op"), "=>", "slos[1].op: unknown operator '=>'; use one of <, <=, >, >=, ==, !="),
         (("slos", 0, "agg"), "p90", "slos[0].agg: unknown aggregate 'p90'; use one of mean, max, min"),
-        (("slos", 2, "phase"), "after", "slos[2].phase: unknown phase 'after'; use one of baseline, during, recovery"),
+        (
+            ("slos", 2, "phase"),
+            "after",
+            "slos[2].phase: unknown phase 'after'; use one of baseline, during, recovery",
+        ),
         (("slos", 0, "threshold"), "1.5", "slos[0].threshold: must be a number, got str '1.5'"),
         (("slos", 0, "threshold"), True, "slos[0].threshold: must be a number, got bool"),
         (("slos", 0, "threshold"), float("nan"), "slos[0].threshold: must be a finite number"),
         (("slos", 0, "threshold"), None, "slos[0].threshold: must be a number, got null"),
-        (("slos", 1, "probe"), "vllm.kv_cache_usge", "slos[1].probe: unknown probe 'vllm.kv_cache_usge'; did you mean 'vllm.kv_cache_usage'?"),
-        (("slos", 1, "probe"), "gpu.memory", "slos[1].probe: unknown probe 'gpu.memory'; names start with one of vllm., ray."),
+        (
+            ("slos", 1, "probe"),
+            "vllm.kv_cache_usge",
+            "slos[1].probe: unknown probe 'vllm.kv_cache_usge'; did you mean 'vllm.kv_cache_usage'?",
+        ),
+        (
+            ("slos", 1, "probe"),
+            "gpu.memory",
+            "slos[1].probe: unknown probe 'gpu.memory'; names start with one of vllm., ray.",
+        ),
         (("slos", 1, "probe"), 3, "slos[1].probe: must be a probe name"),
         (("slos", 2, "window_s"), -5, "slos[2].window_s: must be more than 0 seconds, got -5"),
         (("slos", 2, "window_s"), 0, "slos[2].window_s: must be more than 0 seconds"),
@@ -117,7 +129,11 @@ def test_ops_compare_as_written() -> None:
         (("slos", 0, "treshold"), 2, "slos[0].treshold: unknown key; use one of name, probe, agg"),
         (("slos", 0, "phase"), DELETE, "slos[0].phase: required"),
         (("slos", 0, "name"), "", "slos[0].name: must be a non-empty string"),
-        (("slos", 2, "name"), "canary_ttft_p95", "slos[2].name: duplicate SLO name 'canary_ttft_p95' (also slos[0])"),
+        (
+            ("slos", 2, "name"),
+            "canary_ttft_p95",
+            "slos[2].name: duplicate SLO name 'canary_ttft_p95' (also slos[0])",
+        ),
         (("recovery",), [90], "recovery: must be a mapping, got list"),
         (("recovery", "within_s"), -1, "recovery.within_s: must be more than 0 seconds, got -1"),
         (("recovery", "within_s"), DELETE, "recovery.within_s: required"),
@@ -128,17 +144,49 @@ def test_ops_compare_as_written() -> None:
         (("recovery", "hold_s"), -2, "recovery.hold_s: must be 0 or more seconds, got -2"),
         (("recovery", "hold_s"), "5", "recovery.hold_s: must be a number, got str '5'"),
         (("recovery", "steady"), [], "recovery.steady: must be a non-empty list of SLO names"),
-        (("recovery", "steady"), "availability", "recovery.steady: must be a non-empty list of SLO names, got 'availability'"),
-        (("recovery", "steady"), ["availability", "latency"], "recovery.steady[1]: no SLO named 'latency'; declared: canary_ttft_p95, availability, kv_headroom"),
-        (("recovery", "hold"), 5, "recovery.hold: unknown key; use one of within_s, within_cold_starts, hold_s, steady, first_within_s"),
-        (("recovery", "within_cold_starts"), 0, "recovery.within_cold_starts: must be more than 0 (how many replica cold starts recovery may take), got 0"),
-        (("recovery", "within_cold_starts"), "2", "recovery.within_cold_starts: must be a number, got str '2'"),
+        (
+            ("recovery", "steady"),
+            "availability",
+            "recovery.steady: must be a non-empty list of SLO names, got 'availability'",
+        ),
+        (
+            ("recovery", "steady"),
+            ["availability", "latency"],
+            "recovery.steady[1]: no SLO named 'latency'; declared: canary_ttft_p95, availability, kv_headroom",
+        ),
+        (
+            ("recovery", "hold"),
+            5,
+            "recovery.hold: unknown key; use one of within_s, within_cold_starts, hold_s, steady, first_within_s",
+        ),
+        (
+            ("recovery", "within_cold_starts"),
+            0,
+            "recovery.within_cold_starts: must be more than 0 (how many replica cold starts recovery may take), got 0",
+        ),
+        (
+            ("recovery", "within_cold_starts"),
+            "2",
+            "recovery.within_cold_starts: must be a number, got str '2'",
+        ),
         (("recovery", "first_within_s"), 30, "recovery.first_within_s: must be a mapping, got int"),
-        (("recovery", "first_within_s"), {"kv_headroom": 30}, "recovery.first_within_s.kv_headroom: 'kv_headroom' is not a steady SLO; recovery.steady: canary_ttft_p95, availability"),
-        (("recovery", "first_within_s"), {"availability": 90}, "recovery.first_within_s.availability: must be shorter than recovery.within_s (90 s), got 90"),
-        (("recovery", "first_within_s"), {"availability": 0}, "recovery.first_within_s.availability: must be more than 0 seconds, got 0"),
+        (
+            ("recovery", "first_within_s"),
+            {"kv_headroom": 30},
+            "recovery.first_within_s.kv_headroom: 'kv_headroom' is not a steady SLO; recovery.steady: canary_ttft_p95, availability",
+        ),
+        (
+            ("recovery", "first_within_s"),
+            {"availability": 90},
+            "recovery.first_within_s.availability: must be shorter than recovery.within_s (90 s), got 90",
+        ),
+        (
+            ("recovery", "first_within_s"),
+            {"availability": 0},
+            "recovery.first_within_s.availability: must be more than 0 seconds, got 0",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_mistake_is_reported_with_its_key_path(
     path: tuple[Any, ...], value: object, message: str
 ) -> None:

@@ -158,11 +158,13 @@ def test_baseline_failures_counted_at_the_timeout_do_not_scale_the_stall_thresho
     # counted, the threshold would have been 5 x 10 s and no request could ever stall long enough.
     timeline = synth.timeline(
         synth.rows("canary.ttft_s", [0.4] * 20, step=0.5),
-        synth.rows("canary.ttft_s", [10.0] * 3, start=2, step=2, labels={"censored": "1", "replica": "replica-0"}),
+        synth.rows(
+            "canary.ttft_s", [10.0] * 3, start=2, step=2, labels={"censored": "1", "replica": "replica-0"}
+        ),
         synth.rows("canary.oldest_wait_s", [0.4, 1.8, 2.4], start=10),
         baseline_start=0,
         injected=10,
-    )  # fmt: skip
+    )
     (finding,) = detect_stalled_requests(timeline)
     assert finding.evidence["threshold_s"] == pytest.approx(2.0)
     assert finding.evidence["baseline_censored_left_out"] == 3

@@ -66,8 +66,10 @@ def diagnose(
 
 def test_kv_flood_is_vllm(synth: Synth) -> None:
     labels = {"replica": "replica-0"}
-    vllm = without(without(without(calm_vllm(synth), "vllm.kv_cache_usage"), "vllm.num_requests_waiting"),
-                   "vllm.num_preemptions_total")  # fmt: skip
+    vllm = without(
+        without(without(calm_vllm(synth), "vllm.kv_cache_usage"), "vllm.num_requests_waiting"),
+        "vllm.num_preemptions_total",
+    )
     timeline = synth.timeline(
         healthy_ray(synth),
         vllm,
@@ -322,7 +324,7 @@ def test_a_replica_missing_one_or_two_reads_does_not_outrank_a_crash_looping_ser
         [r for r in calm_vllm(synth, "replica-1") if r.t not in (synth.t0 + 12, synth.t0 + 15)],
         synth.error_rows(
             "vllm@replica-1", [12, 15], "TimeoutError: no answer within 0.8 s", {"replica": "replica-1"}
-        ),  # fmt: skip
+        ),
         [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
     )
     assert diagnose(synth, timeline).layer == "ray"
@@ -332,7 +334,7 @@ def test_a_replica_missing_one_or_two_reads_does_not_outrank_a_crash_looping_ser
         calm_vllm(synth, "replica-0"),
         synth.error_rows(
             "vllm@replica-1", [12, 13, 14], "TimeoutError: no answer within 0.8 s", {"replica": "replica-1"}
-        ),  # fmt: skip
+        ),
         [r for r in synth.rows("ray.actors", [1] * N, labels=restarting) if r.t >= synth.t0 + 11],
     )
     assert diagnose(synth, silent).layer == "vllm"
@@ -411,8 +413,10 @@ def test_a_slow_replica_with_few_noisy_baseline_requests_is_still_vllm(synth: Sy
     # A CPU-hog run's slow_replica control: the router sent replica-0 four baseline requests,
     # two of them slow (median 0.228 s against replica-1's 0.091 s). Slowed tenfold it read
     # 0.84 s: 3.7 x its own median but 9 x the replicas' before and its peer's since.
-    replica_0 = [*synth.rows("canary.e2e_s", [0.09, 0.30, 0.25, 0.20], step=2.5, labels={"replica": "replica-0"}),
-                 *synth.rows("canary.e2e_s", [0.84] * 21, start=10, labels={"replica": "replica-0"})]  # fmt: skip
+    replica_0 = [
+        *synth.rows("canary.e2e_s", [0.09, 0.30, 0.25, 0.20], step=2.5, labels={"replica": "replica-0"}),
+        *synth.rows("canary.e2e_s", [0.84] * 21, start=10, labels={"replica": "replica-0"}),
+    ]
     timeline = synth.timeline(
         healthy_ray(synth),
         calm_vllm(synth, "replica-0"),
