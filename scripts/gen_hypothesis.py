@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for path in stale:
         print(f"wrote {path.relative_to(ROOT)}")
+    if not stale:
+        print("gen_hypothesis: current")
     return 0
 
 
