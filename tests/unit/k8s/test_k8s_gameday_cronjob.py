@@ -48,9 +48,12 @@ def parsed(name: str) -> click.Context:
     entry = container(name)
     assert entry["command"] == ["inferchaos"]
     args = entry["args"]
-    command = cli.get_command(click.Context(cli), args[0])
+    # Under the group's own context, as `inferchaos` runs it: a command parsed without it caches
+    # click's default help option (no -h) for every later --help in this process.
+    root = click.Context(cli, info_name="inferchaos", **cli.context_settings)
+    command = cli.get_command(root, args[0])
     assert command is not None, f"inferchaos has no command {args[0]!r}"
-    return command.make_context(args[0], list(args[1:]))
+    return command.make_context(args[0], list(args[1:]), parent=root)
 
 
 def volume_of(path: str, name: str) -> dict[str, Any]:
