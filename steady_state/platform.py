@@ -7,7 +7,8 @@ its own SLOs to it and may declare what its fault is allowed to take out while i
 The platform's parts are read off the run's own baseline, so the same declaration fits the
 local environment, a kind cluster and a real one: every replica seen at baseline (a ``replica``
 label on a vLLM or canary reading, or on a failed read of a replica's server), Ray's node count,
-Serve's RUNNING replicas, and Kubernetes' Pending Pods where the environment has a kube API.
+Serve's RUNNING replicas, and, where the environment has a kube API, Kubernetes' Ready nodes,
+each Deployment's ready replicas and the Pending Pods.
 
 - **Baseline**: the front door serves, every replica answers its own server, and no request
   waits toward its timeout. A platform that is not steady before the fault fails the run: the
@@ -15,10 +16,10 @@ Serve's RUNNING replicas, and Kubernetes' Pending Pods where the environment has
 - **During the fault**: every replica the scenario does not allow out keeps serving its share
   of users' requests and keeps answering its own server.
 - **Recovery**: the front door serves, every replica seen at baseline serves again and answers
-  its server, Ray's nodes and Serve's RUNNING replicas are back to their baseline counts, no
-  Pod is Pending, and no slow-failure detector fires (:func:`detector_evolution`). The hold
-  lasts at least one canary request timeout, so a request sent into a hung replica has time
-  to fail inside it.
+  its server, Ray's nodes, Serve's RUNNING replicas, Kubernetes' Ready nodes and each
+  Deployment's ready replicas are back to their baseline counts, no Pod is Pending, and no
+  slow-failure detector fires (:func:`detector_evolution`). The hold lasts at least one canary
+  request timeout, so a request sent into a hung replica has time to fail inside it.
 """
 
 from __future__ import annotations
@@ -141,6 +142,22 @@ def baseline_replicas(timeline: Timeline) -> list[str]:
     if window is None:
         return []
     seen = {name for row in timeline.rows if window.contains(row.t) and (name := _replica_of(row))}
+    return sorted(seen)
+
+
+def baseline_deployments(timeline: Timeline) -> list[str]:
+    """Every Deployment whose ready replicas the baseline read, in name order."""
+    window = phase_windows(timeline).get(Phase.BASELINE)
+    if window is None:
+        return []
+    seen = {
+        name
+        for row in timeline.rows
+        if row.probe == "k8s.deployment_ready_replicas"
+        and row.ok
+        and window.contains(row.t)
+        and (name := row.labels.get("deployment"))
+    }
     return sorted(seen)
 
 
@@ -312,6 +329,36 @@ def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, 
         slos.append(
             Slo(
                 f"{PREFIX}pods_pending_after", "k8s.pods_pending", "max", Op.LE, 0, Phase.RECOVERY, window_s=3
+            )
+        )
+    # A node lost for good as the platform recovers leaves nothing Pending where no Pod wanted
+    # it, and a scenario that did not touch nodes declares no SLO on them: the platform does.
+    if _has(timeline, "k8s.nodes_ready", window):
+        slos.append(
+            Slo(
+                f"{PREFIX}k8s_nodes_after",
+                "k8s.nodes_ready",
+                "min",
+                Op.GE,
+                math.nan,
+                Phase.RECOVERY,
+                window_s=3,
+                scale=same,
+            )
+        )
+    # A Pod that runs but never passes its readiness again is not Pending either.
+    for deployment in baseline_deployments(timeline):
+        slos.append(
+            Slo(
+                f"{PREFIX}{deployment}.ready_after",
+                "k8s.deployment_ready_replicas",
+                "min",
+                Op.GE,
+                math.nan,
+                Phase.RECOVERY,
+                {"deployment": deployment},
+                window_s=3,
+                scale=same,
             )
         )
     return tuple(slos)

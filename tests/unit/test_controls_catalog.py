@@ -36,7 +36,9 @@ EXPECTED_LAYER = {
     "slow_link.other_replica_hangs": Layer.VLLM,
     "gpu_memory_squat": Layer.VLLM,
     "gpu_ledger_squat": Layer.K8S,
+    "gpu_ledger_squat.node_lost_at_recovery": Layer.K8S,
     "anti_affinity_pending": Layer.K8S,
+    "anti_affinity_pending.node_lost_at_recovery": Layer.K8S,
     "k8s_node_loss": Layer.K8S,
     "k8s_node_loss.gpu_nodes_tainted": Layer.K8S,
 }
@@ -57,11 +59,6 @@ def test_each_scenario_ships_a_control_of_itself(scenario) -> None:  # type: ign
 # Faults that set a real platform setting wrong rather than break a component.
 # A stray NoSchedule taint on the GPU nodes is one too.
 SETTINGS = frozenset({"vllm.blind_health_check", "k8s.taint_gpu_nodes"})
-# Scenarios whose every control still holds the harness' own revert or breaks the fault's own
-# layer while it acts; each is named here until it ships one that breaks the platform.
-# A stray taint that lands as these two recover harms nothing (no Pod waits to be scheduled
-# then): their faults are revertible, and no setting of the fake control plane yet breaks them.
-NOT_YET = frozenset({"gpu_ledger_squat", "anti_affinity_pending"})
 
 
 def _breaks_the_platform(path) -> bool:  # type: ignore[no-untyped-def]
@@ -83,6 +80,4 @@ def test_each_scenario_ships_a_control_that_breaks_the_platform(scenario) -> Non
     ]
     for path in controls[1:]:
         assert load_control(path).expect_layer == EXPECTED_LAYER[path.stem]
-    if scenario.stem in NOT_YET:
-        pytest.xfail(f"{scenario.stem} ships no control that breaks the platform yet")
     assert any(_breaks_the_platform(path) for path in controls), [p.name for p in controls]

@@ -1,6 +1,8 @@
-"""The Kubernetes scenarios' controls that set a real platform setting wrong (a stray NoSchedule
-taint on every GPU node), run against the fake API server and its simulated control plane: the
-scenario FAILS, names the Kubernetes layer, and leaves the cluster as it found it."""
+"""The Kubernetes scenarios' controls that break the platform itself, not the harness, run against
+the fake API server and its simulated control plane: a real platform setting wrong (a stray
+NoSchedule taint on every GPU node) or a second failure in another phase (a GPU node lost for
+good as the platform recovers). Each scenario FAILS on the SLOs that see the break, names the
+Kubernetes layer, and leaves the cluster as it found it."""
 
 from __future__ import annotations
 
@@ -20,10 +22,31 @@ from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
 from tests.fakes.runner import FakeProbeFactory, World
 
+# A node lost for good is seen by the scenario's own node and Pending SLOs where it declares
+# them, and by the platform steady state's where it does not.
+NODE_LOST = ("platform.k8s_nodes_after", "nodes_back", "nothing_pending", "platform.pods_pending_after")
+# A tainted node is Ready but takes no replica: its Pod stays Pending, its Deployment short.
+NOWHERE_TO_RUN = (
+    "nothing_pending",
+    "replicas_back",
+    "platform.pods_pending_after",
+    "platform.vllm.ready_after",
+)
+# Control -> the SLOs of which at least one must fail.
+CONTROLS = {
+    "k8s_node_loss.gpu_nodes_tainted": NOWHERE_TO_RUN,
+    "gpu_ledger_squat.node_lost_at_recovery": NODE_LOST,
+    "anti_affinity_pending.node_lost_at_recovery": NODE_LOST,
+}
 
-@pytest.mark.parametrize("name", ["k8s_node_loss"])
-def test_a_stray_taint_on_the_gpu_nodes_fails_the_scenario_in_the_k8s_layer(
-    name: str, fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], tmp_path: Path
+
+@pytest.mark.parametrize(("name", "failing"), CONTROLS.items(), ids=list(CONTROLS))
+def test_a_k8s_control_that_breaks_the_platform_fails_the_scenario_in_the_k8s_layer(
+    name: str,
+    failing: tuple[str, ...],
+    fake_server: FakeApiServer,
+    world_cluster: tuple[FakeCluster, Any],
+    tmp_path: Path,
 ) -> None:
     cluster, runtime = world_cluster
     before = k8s_state(cluster)
@@ -37,7 +60,7 @@ def test_a_stray_taint_on_the_gpu_nodes_fails_the_scenario_in_the_k8s_layer(
         runtime,
     )
     env = ClusterWithFakeRay(config)
-    control = load_control(EXPERIMENTS / "controls" / f"{name}.gpu_nodes_tainted.yaml")
+    control = load_control(EXPERIMENTS / "controls" / f"{name}.yaml")
     spec = control.scenario
     # The fake control plane heals in seconds: short windows, as the game day test uses.
     spec = replace(spec, baseline_s=1.5, fault=replace(spec.fault, duration_s=4.0))
@@ -57,5 +80,10 @@ def test_a_stray_taint_on_the_gpu_nodes_fails_the_scenario_in_the_k8s_layer(
     assert verdict["status"] == "failed", verdict["reason"]
     assert verdict["triage"]["layer"] == "k8s", verdict["triage"]
     assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
+    # The break comes on top of the scenario's own fault, which still bites.
+    assert verdict["fault"]["effect_observed"], verdict["fault"]
+    failed = {slo["name"] for slo in verdict["slos"] if not slo["ok"]}
+    failed |= set(verdict["timing"].get("recovery_blocked_by") or ())
+    assert failed & set(failing), (failed, verdict["reason"])
     assert Ledger().entries() == []
     assert k8s_state(cluster) == before

@@ -476,3 +476,72 @@ def test_a_link_slowed_since_before_the_fault_answers_for_a_replica_that_fails_a
     )
     result = triage_failure(timeline, failure, {}, symptoms)
     assert (result.layer, result.evidence["labels"]) == ("network", {"node": "node-b"}), result
+
+
+def k8s_rows(synth: Synth, *, nodes: Callable[[int], float], vllm_ready: Callable[[int], float]) -> list[Row]:
+    """A kube API read once a second: Ready nodes, each Deployment's ready replicas (vllm's and
+    a router's that never changes) and no Pod Pending."""
+    ticks = range(END + 1)
+    return [
+        *synth.rows("k8s.nodes_ready", [nodes(t) for t in ticks]),
+        *synth.rows(
+            "k8s.deployment_ready_replicas", [vllm_ready(t) for t in ticks], labels={"deployment": "vllm"}
+        ),
+        *synth.rows("k8s.deployment_ready_replicas", [1.0] * len(ticks), labels={"deployment": "router"}),
+        *synth.rows("k8s.pods_pending", [0.0] * len(ticks), labels={"namespace": "inferchaos"}),
+    ]
+
+
+def on_k8s(synth: Synth, *, nodes: Callable[[int], float], vllm_ready: Callable[[int], float]) -> Timeline:
+    return synth.timeline(
+        canary_rows(synth, healthy),
+        platform_rows(synth),
+        k8s_rows(synth, nodes=nodes, vllm_ready=vllm_ready),
+        **MARKS,
+    )
+
+
+def test_on_kubernetes_the_nodes_and_every_deployment_seen_at_baseline_must_be_back(synth: Synth) -> None:
+    """A node lost and a replica not Ready while the fault acts, both back right after the revert."""
+    timeline = on_k8s(
+        synth,
+        nodes=lambda t: 3.0 if 10 <= t < 31 else 4.0,
+        vllm_ready=lambda t: 2.0 if 10 <= t < 31 else 3.0,
+    )
+    spec, evaluation = judge(timeline)
+    names = {slo.name for slo in spec.slos}
+    assert {"platform.k8s_nodes_after", "platform.vllm.ready_after", "platform.router.ready_after"} <= names
+    assert spec.recovery is not None and "platform.vllm.ready_after" in spec.recovery.steady
+    assert failed(evaluation) == set()
+    assert evaluation.recovery.recovered  # type: ignore[attr-defined]
+    # Each Deployment is held to its own baseline, not to another's.
+    by_name = {r.name: r for r in evaluation.slos}  # type: ignore[attr-defined]
+    assert by_name["platform.vllm.ready_after"].baseline == 3.0
+    assert by_name["platform.router.ready_after"].baseline == 1.0
+    assert by_name["platform.k8s_nodes_after"].baseline == 4.0
+
+
+def test_a_node_lost_for_good_as_the_platform_recovers_fails_recovery(synth: Synth) -> None:
+    """A node with no replica on it is lost at the revert: nothing goes Pending, serving goes on,
+    and the scenario's own SLOs recover; the platform has one node fewer than at baseline."""
+    timeline = on_k8s(synth, nodes=lambda t: 3.0 if t >= 30 else 4.0, vllm_ready=lambda t: 3.0)
+    _, evaluation = judge(timeline)
+    assert failed(evaluation) == {"platform.k8s_nodes_after"}
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    assert not recovery.recovered and "platform.k8s_nodes_after" in recovery.failing_at_end
+
+
+def test_a_deployment_with_fewer_ready_replicas_after_the_fault_fails_recovery(synth: Synth) -> None:
+    """One vllm replica never Ready again (not Pending: its Pod runs and fails its readiness)."""
+    timeline = on_k8s(synth, nodes=lambda t: 4.0, vllm_ready=lambda t: 2.0 if t >= 10 else 3.0)
+    _, evaluation = judge(timeline)
+    assert failed(evaluation) == {"platform.vllm.ready_after"}
+    recovery = evaluation.recovery  # type: ignore[attr-defined]
+    assert not recovery.recovered and recovery.failing_at_end == ("platform.vllm.ready_after",)
+
+
+def test_without_a_kube_api_no_kubernetes_part_is_judged(synth: Synth) -> None:
+    spec, _ = judge(run(synth))
+    names = {slo.name for slo in spec.slos}
+    assert not any(n == "platform.k8s_nodes_after" or n.endswith(".ready_after") for n in names)
+    assert "platform.pods_pending_after" not in names
