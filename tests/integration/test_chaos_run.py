@@ -3,9 +3,9 @@
 A plain `chaos run` judges every SLO of the experiment in its steady-state hypothesis
 (inferchaos/ctk/live.py): the baseline and recovery ones before the method and after it, the
 during-phase ones after it, over what the method's background sampler took while the fault
-acted. It plays the rollbacks with ``--rollback-strategy=always``. This is each scenario's one
-run on the healthy platform (test_scenarios.py runs a few through the inferchaos runner too);
-gcs_loss needs --gcs-ft: test_gcs_ft.py runs it.
+acted. It plays the rollbacks with ``--rollback-strategy=always``. This is the one run on the
+healthy platform of each scenario healthy_runs.py gives `chaos run`; the others run through the
+inferchaos runner (test_scenarios.py), and gcs_loss, which needs --gcs-ft, in test_gcs_ft.py.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 import yaml
 from chaos_cli import assert_nothing_left, chaos_run
 from env_checks import skip_unless_it_can_run, wait_until_whole
+from healthy_runs import CHAOS_RUN_SCENARIOS, check_symptoms
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
-from inferchaos.run.suites import SUITES
 
 pytestmark = pytest.mark.integration
 
@@ -34,23 +34,7 @@ def _judged(experiment: Path) -> set[str]:
     return {s["name"] for s in yaml.safe_load(experiment.read_text())["slos"]}
 
 
-def _check_symptoms(scenario: str, symptoms: dict) -> None:
-    """What a user sees of the faults that cost a replica's cold start, read from the journal's
-    evidence: the scenario's run is the one restart these checks take (each fault had a test of
-    its own that restarted the replica again)."""
-    if scenario == "engine_death":
-        assert symptoms["health_failed_after_s"] is not None, symptoms
-        assert symptoms["server_exited_after_s"] is not None, "the API server exits once its engine died"
-    elif scenario == "node_loss":
-        # Ray's health checks here: 3 failures at a 1 s period.
-        assert symptoms["node_dead_after_s"] is not None and symptoms["node_dead_after_s"] < 10, symptoms
-    elif scenario == "gpu_memory_squat":
-        assert symptoms["outcome"] == "failed_fast", "the restarted replica must fail, never hang"
-        assert symptoms["failure"], "the failure reason must be captured"
-        assert symptoms["preflight_before_restart"] is True, symptoms
-
-
-@pytest.mark.parametrize("scenario", SUITES["default"])
+@pytest.mark.parametrize("scenario", CHAOS_RUN_SCENARIOS)
 def test_chaos_run_holds_the_hypothesis_before_and_after_and_plays_the_rollbacks(
     scenario: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
 ) -> None:
@@ -78,7 +62,7 @@ def test_chaos_run_holds_the_hypothesis_before_and_after_and_plays_the_rollbacks
     effect = next(r for r in run.journal["run"] if r["activity"]["name"] == "fault-had-an-effect")
     assert effect["output"]["effect_observed"] is True, effect["output"]
     for evidence in effect["output"]["evidence"]:
-        _check_symptoms(scenario, evidence["symptoms"])
+        check_symptoms(scenario, evidence["symptoms"])
     assert [r["status"] for r in run.journal["rollbacks"]] == ["succeeded"], run.journal["rollbacks"]
     assert_nothing_left(integration_home)
 

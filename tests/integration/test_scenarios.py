@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from env_checks import skip_unless_it_can_run, wait_until_whole
+from healthy_runs import RUNNER_SCENARIOS, assert_passed_and_clean
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
@@ -19,12 +20,6 @@ from inferchaos.faults.ledger import Ledger
 pytestmark = pytest.mark.integration
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-# The inferchaos runner on the healthy platform, one scenario of each layer it acts on (vLLM,
-# Ray, the network, and a node replaced). Every scenario's own run on the healthy platform is
-# test_chaos_run.py's: a plain `chaos run` judges the same SLOs, during-phase ones included, and
-# a second run of each, with a replica's cold start in five of them, took 20 minutes of CI on 2
-# cores. Every scenario also runs through the runner as its negative control (test_controls.py).
-SCENARIOS = ["kv_flood", "strict_pg_stall", "slow_link", "node_loss"]
 
 
 def _inferchaos(args: list[str], home: Path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
@@ -45,14 +40,13 @@ def _verdict(out: Path, name: str, result: subprocess.CompletedProcess[str]) -> 
     return json.loads((runs[-1] / "verdict.json").read_text())
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", RUNNER_SCENARIOS)
 def test_scenario_passes_on_a_healthy_environment(
     scenario: str, local_env: LocalEnvironment, integration_home: Path, tmp_path: Path
 ) -> None:
     skip_unless_it_can_run(scenario, local_env)
-    # The scenario before may have left a replica restarting (engine_hang's replacement): on
-    # 2026-12-03 slow_replica and node_loss, started during such a restart, ended without a run
-    # folder. Every run starts on the whole environment, as in test_chaos_run and the controls.
+    # The scenario before may have left a replica restarting: a run started during such a
+    # restart ended without a run folder. Every run starts on the whole environment.
     wait_until_whole(local_env)
     result = _inferchaos(
         ["run", str(EXPERIMENTS / f"{scenario}.yaml"), "--out", str(tmp_path)], integration_home
@@ -63,14 +57,7 @@ def test_scenario_passes_on_a_healthy_environment(
     assert result.returncode == 0, (
         f"{result.stderr[-2000:]}\nverdict: {verdict['reason']}; timing {verdict['timing']}"
     )
-    assert verdict["status"] == "passed"
-    assert verdict["fault"]["effect_observed"] is True
-    assert verdict["timing"]["time_to_recover_s"] is not None
-    assert Ledger(integration_home / "ledger").is_empty(), "nothing may be left behind after rollback"
-    token = local_env.load_state().read_token()
-    for path in (tmp_path).rglob("*"):
-        if path.is_file():
-            assert token not in path.read_text(errors="replace"), f"the Ray token leaked into {path}"
+    assert_passed_and_clean(scenario, verdict, tmp_path, local_env, integration_home)
 
 
 def test_sigkilled_runner_mid_leak_then_cleanup_leaves_no_leaked_actor(
