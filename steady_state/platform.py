@@ -161,6 +161,22 @@ def baseline_deployments(timeline: Timeline) -> list[str]:
     return sorted(seen)
 
 
+def _back_to_baseline(name: str, probe: str, labels: dict[str, str] | None = None) -> Slo:
+    """``platform.<name>``: the least reading of ``probe`` over the recovery's last 3 s is at
+    least what the baseline read (a count of nodes or replicas back where it was)."""
+    return Slo(
+        f"{PREFIX}{name}",
+        probe,
+        "min",
+        Op.GE,
+        math.nan,
+        Phase.RECOVERY,
+        labels or {},
+        window_s=3,
+        scale=BaselineScale(times=1.0),
+    )
+
+
 def _has(timeline: Timeline, probe: str, window: PhaseWindow) -> bool:
     return any(row.probe == probe and row.ok and window.contains(row.t) for row in timeline.rows)
 
@@ -297,34 +313,10 @@ def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, 
                     attributed_only=True,
                 )
             )
-    same = BaselineScale(times=1.0)
     if _has(timeline, "ray.nodes_alive", window):
-        slos.append(
-            Slo(
-                f"{PREFIX}nodes_after",
-                "ray.nodes_alive",
-                "min",
-                Op.GE,
-                math.nan,
-                Phase.RECOVERY,
-                window_s=3,
-                scale=same,
-            )
-        )
+        slos.append(_back_to_baseline("nodes_after", "ray.nodes_alive"))
     if _has(timeline, "ray.serve_replicas", window):
-        slos.append(
-            Slo(
-                f"{PREFIX}serve_replicas_after",
-                "ray.serve_replicas",
-                "min",
-                Op.GE,
-                math.nan,
-                Phase.RECOVERY,
-                {"state": "RUNNING"},
-                window_s=3,
-                scale=same,
-            )
-        )
+        slos.append(_back_to_baseline("serve_replicas_after", "ray.serve_replicas", {"state": "RUNNING"}))
     if _has(timeline, "k8s.pods_pending", window):
         slos.append(
             Slo(
@@ -334,31 +326,12 @@ def platform_slos(timeline: Timeline, state: PlatformSteadyState) -> tuple[Slo, 
     # A node lost for good as the platform recovers leaves nothing Pending where no Pod wanted
     # it, and a scenario that did not touch nodes declares no SLO on them: the platform does.
     if _has(timeline, "k8s.nodes_ready", window):
-        slos.append(
-            Slo(
-                f"{PREFIX}k8s_nodes_after",
-                "k8s.nodes_ready",
-                "min",
-                Op.GE,
-                math.nan,
-                Phase.RECOVERY,
-                window_s=3,
-                scale=same,
-            )
-        )
+        slos.append(_back_to_baseline("k8s_nodes_after", "k8s.nodes_ready"))
     # A Pod that runs but never passes its readiness again is not Pending either.
     for deployment in baseline_deployments(timeline):
         slos.append(
-            Slo(
-                f"{PREFIX}{deployment}.ready_after",
-                "k8s.deployment_ready_replicas",
-                "min",
-                Op.GE,
-                math.nan,
-                Phase.RECOVERY,
-                {"deployment": deployment},
-                window_s=3,
-                scale=same,
+            _back_to_baseline(
+                f"{deployment}.ready_after", "k8s.deployment_ready_replicas", {"deployment": deployment}
             )
         )
     return tuple(slos)
