@@ -2,7 +2,9 @@
 the fake API server and its simulated control plane: a real platform setting wrong (a stray
 NoSchedule taint on every GPU node) or a second failure in another phase (a GPU node lost for
 good as the platform recovers). Each scenario FAILS on the SLOs that see the break, names the
-Kubernetes layer, and leaves the cluster as it found it."""
+Kubernetes layer, and leaves the cluster as it found it. So does each scenario with a GPU node
+lost, for good, while its fault acts or as the platform recovers, and k8s_node_loss with one
+lost before its fault (its own nodes_before sees it)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from inferchaos.faults.ledger import Ledger
-from inferchaos.run.controls import load_control
+from inferchaos.run.controls import ControlSpec, load_control
 from inferchaos.run.probe_set import k8s_probe_of
 from inferchaos.run.runner import Runner, RunOptions
 from inferchaos.steady_state.canary import CanaryPace
@@ -40,16 +43,18 @@ CONTROLS = {
 }
 
 
-@pytest.mark.parametrize(("name", "failing"), CONTROLS.items(), ids=list(CONTROLS))
-def test_a_k8s_control_that_breaks_the_platform_fails_the_scenario_in_the_k8s_layer(
-    name: str,
-    failing: tuple[str, ...],
-    fake_server: FakeApiServer,
-    world_cluster: tuple[FakeCluster, Any],
-    tmp_path: Path,
-) -> None:
-    cluster, runtime = world_cluster
-    before = k8s_state(cluster)
+# Scenario, phase, and the node lost then: one its fault does not stop.
+NODE_LOST_IN_EACH_PHASE = [
+    ("k8s_node_loss", "baseline", "inferchaos-worker3"),
+    ("k8s_node_loss", "inject", "inferchaos-worker3"),
+    ("k8s_node_loss", "recovery", "inferchaos-worker3"),
+    ("gpu_ledger_squat", "inject", "inferchaos-worker2"),
+    ("anti_affinity_pending", "inject", "inferchaos-worker2"),
+]
+
+
+def _run(control: ControlSpec, fake_server: FakeApiServer, runtime: Any, tmp_path: Path) -> dict[str, Any]:
+    """``control`` through the runner against the fake cluster, on windows short enough for it."""
     _, config = k8s_env_config(
         tmp_path,
         "cluster",
@@ -60,7 +65,6 @@ def test_a_k8s_control_that_breaks_the_platform_fails_the_scenario_in_the_k8s_la
         runtime,
     )
     env = ClusterWithFakeRay(config)
-    control = load_control(EXPERIMENTS / "controls" / f"{name}.yaml")
     spec = control.scenario
     # The fake control plane heals in seconds: short windows, as the game day test uses.
     spec = replace(spec, baseline_s=1.5, fault=replace(spec.fault, duration_s=4.0))
@@ -76,14 +80,71 @@ def test_a_k8s_control_that_breaks_the_platform_fails_the_scenario_in_the_k8s_la
     options = RunOptions(interval_s=0.25, run_dir=tmp_path / "run", control=control)
     verdict = Runner(spec, env, options, None, probes).run().to_dict()
     env.close()
+    return verdict
+
+
+def _failed(verdict: dict[str, Any]) -> set[str]:
+    """SLOs that failed, and those back too late for the recovery window."""
+    failed = {slo["name"] for slo in verdict["slos"] if not slo["ok"]}
+    return failed | set(verdict["timing"].get("recovery_blocked_by") or ())
+
+
+@pytest.mark.parametrize(("name", "failing"), CONTROLS.items(), ids=list(CONTROLS))
+def test_a_k8s_control_that_breaks_the_platform_fails_the_scenario_in_the_k8s_layer(
+    name: str,
+    failing: tuple[str, ...],
+    fake_server: FakeApiServer,
+    world_cluster: tuple[FakeCluster, Any],
+    tmp_path: Path,
+) -> None:
+    cluster, runtime = world_cluster
+    before = k8s_state(cluster)
+    verdict = _run(load_control(EXPERIMENTS / "controls" / f"{name}.yaml"), fake_server, runtime, tmp_path)
 
     assert verdict["status"] == "failed", verdict["reason"]
     assert verdict["triage"]["layer"] == "k8s", verdict["triage"]
     assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
     # The break comes on top of the scenario's own fault, which still bites.
     assert verdict["fault"]["effect_observed"], verdict["fault"]
-    failed = {slo["name"] for slo in verdict["slos"] if not slo["ok"]}
-    failed |= set(verdict["timing"].get("recovery_blocked_by") or ())
-    assert failed & set(failing), (failed, verdict["reason"])
+    assert _failed(verdict) & set(failing), (_failed(verdict), verdict["reason"])
+    assert Ledger().entries() == []
+    assert k8s_state(cluster) == before
+
+
+@pytest.mark.parametrize(("scenario", "at", "node"), NODE_LOST_IN_EACH_PHASE)
+def test_a_node_lost_for_good_in_any_phase_fails_the_scenario_in_the_k8s_layer(
+    scenario: str,
+    at: str,
+    node: str,
+    fake_server: FakeApiServer,
+    world_cluster: tuple[FakeCluster, Any],
+    tmp_path: Path,
+) -> None:
+    cluster, runtime = world_cluster
+    before = k8s_state(cluster)
+    path = tmp_path / f"{scenario}.node_lost_at_{at}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "control": {
+                    "of": str(EXPERIMENTS / f"{scenario}.yaml"),
+                    "breaks": f"{node} is lost for good at {at}",
+                    "sabotage": [{"fault": "k8s.stop_node_container", "at": at, "arguments": {"node": node}}],
+                    "expect": {"layer": "k8s"},
+                }
+            }
+        )
+    )
+    verdict = _run(load_control(path), fake_server, runtime, tmp_path)
+
+    assert verdict["status"] == "failed", verdict["reason"]
+    assert verdict["triage"]["layer"] == "k8s", verdict["triage"]
+    assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
+    if at == "baseline":
+        # Not steady before the fault: nothing injected, and the verdict says what failed.
+        assert verdict["fault"] is None and verdict["platform"]["failure"]["phase"] == "baseline", verdict
+    else:
+        assert verdict["fault"]["effect_observed"], verdict["fault"]
+    assert _failed(verdict), verdict["reason"]
     assert Ledger().entries() == []
     assert k8s_state(cluster) == before
