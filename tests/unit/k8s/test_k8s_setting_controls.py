@@ -89,6 +89,18 @@ def _failed(verdict: dict[str, Any]) -> set[str]:
     return failed | set(verdict["timing"].get("recovery_blocked_by") or ())
 
 
+def _assert_failed_as_expected_in_k8s(verdict: dict[str, Any]) -> None:
+    assert verdict["status"] == "failed", verdict["reason"]
+    assert verdict["triage"]["layer"] == "k8s", verdict["triage"]
+    assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
+
+
+def _assert_nothing_left(cluster: FakeCluster, before: dict[str, Any]) -> None:
+    """The ledger is empty and the cluster is as the run found it: the break was released too."""
+    assert Ledger().entries() == []
+    assert k8s_state(cluster) == before
+
+
 @pytest.mark.parametrize(("name", "failing"), CONTROLS.items(), ids=list(CONTROLS))
 def test_a_k8s_control_that_breaks_the_platform_fails_the_scenario_in_the_k8s_layer(
     name: str,
@@ -101,14 +113,11 @@ def test_a_k8s_control_that_breaks_the_platform_fails_the_scenario_in_the_k8s_la
     before = k8s_state(cluster)
     verdict = _run(load_control(EXPERIMENTS / "controls" / f"{name}.yaml"), fake_server, runtime, tmp_path)
 
-    assert verdict["status"] == "failed", verdict["reason"]
-    assert verdict["triage"]["layer"] == "k8s", verdict["triage"]
-    assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
+    _assert_failed_as_expected_in_k8s(verdict)
     # The break comes on top of the scenario's own fault, which still bites.
     assert verdict["fault"]["effect_observed"], verdict["fault"]
     assert _failed(verdict) & set(failing), (_failed(verdict), verdict["reason"])
-    assert Ledger().entries() == []
-    assert k8s_state(cluster) == before
+    _assert_nothing_left(cluster, before)
 
 
 @pytest.mark.parametrize(("scenario", "at", "node"), NODE_LOST_IN_EACH_PHASE)
@@ -137,14 +146,11 @@ def test_a_node_lost_for_good_in_any_phase_fails_the_scenario_in_the_k8s_layer(
     )
     verdict = _run(load_control(path), fake_server, runtime, tmp_path)
 
-    assert verdict["status"] == "failed", verdict["reason"]
-    assert verdict["triage"]["layer"] == "k8s", verdict["triage"]
-    assert verdict["control"]["result"] == "failed_as_expected", verdict["control"]
+    _assert_failed_as_expected_in_k8s(verdict)
     if at == "baseline":
         # Not steady before the fault: nothing injected, and the verdict says what failed.
         assert verdict["fault"] is None and verdict["platform"]["failure"]["phase"] == "baseline", verdict
     else:
         assert verdict["fault"]["effect_observed"], verdict["fault"]
     assert _failed(verdict), verdict["reason"]
-    assert Ledger().entries() == []
-    assert k8s_state(cluster) == before
+    _assert_nothing_left(cluster, before)
