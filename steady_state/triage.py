@@ -118,10 +118,10 @@ RULES: tuple[Rule, ...] = (
         "vLLM preempted {value:g} sequence(s) ({labels})",
     ),
     Rule(Layer.VLLM, "vllm.healthy", C.EQUALS, 0, "vLLM /health failing ({labels})", symptom=True),
-    # More than two failed reads: a busy replica misses one or two of its 0.8 s reads (up to 6 in
-    # 40 s under kv_flood, where the KV rules name vLLM first), and one such miss once outranked a
-    # crash-looping Serve controller's symptoms. A dead or hung replica misses 9-14 (62 recorded
-    # runs, 2026-12-01).
+    # More than two failed reads: a busy replica misses one or two of its 0.8 s reads (more under
+    # kv_flood, where the KV rules name vLLM first), and a single miss must not outrank a
+    # crash-looping Serve controller's symptoms.
+    # Data (2026-12-01, 62 runs): busy up to 6 misses in 40 s under kv_flood; dead or hung 9-14.
     Rule(
         Layer.VLLM, "vllm", C.UNREACHABLE, 2, "vLLM replica not answering ({labels}): {error}", symptom=True
     ),

@@ -3,11 +3,10 @@
 On a cluster the dashboard runs on the head, beside the GCS, and no replica shares its CPUs.
 Here every node shares the host's cores, and Ray runs the replicas at niceness 15
 (``RAY_worker_niceness``) while the dashboard runs at 0. While the GCS is down the dashboard's
-modules retry it in a tight loop (measured 2026-12-02, 2 cores: NodeHead 74 % and ServeHead
-54 % of a core), and the replicas, starved, answered the canary in 1.3-1.9 s (p95) instead of
-0.05-0.2 s. With the dashboard capped at half a core the same outage read 0.44-0.7 s (6 runs)
-and the front door served twice the requests. Outside such a loop the dashboard uses a few percent of
-a core, so the cap changes nothing else.
+modules retry it in a tight loop that takes more than a core on a small machine, and the
+replicas, starved, answer the canary several times slower. Capped at half a core, the same
+outage leaves the replicas enough CPU to serve (figures in bench/RESULTS.md). Outside such a
+loop the dashboard uses a few percent of a core, so the cap changes nothing else.
 
 The cap is applied once the environment is up (the dashboard's start-up is not slowed) and
 where a writable cgroup cpu controller exists; elsewhere the environment runs without it.

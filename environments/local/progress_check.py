@@ -123,11 +123,10 @@ class ProgressWatch:
 # A replica is starved when, over its last JUDGE_BUSY_S seconds with requests in flight, its
 # cgroup was throttled in at least THROTTLED_SHARE of the CFS periods it ran in (and ran in
 # MIN_PERIODS of them: a replica that barely ran is not judged). A replica in no group with a
-# quota counts no period and is never starved. Measured 2026-12-01 (2 cores): the per-thread
-# share of the CPU its threads were ready to use (schedstat run time against run-queue wait)
-# read 0.01-0.11 for replica-0 under a tenfold quota, and 0.01-0.19 for healthy replicas under
-# kv_flood, which took them out of rotation; CPU per busy second read 0.16-0.30 cores for the
-# throttled replica, within the range of a healthy one beside a busy peer.
+# quota counts no period and is never starved. The throttling counters are judged because the
+# behavioural signals were not telling: the share of the CPU a replica's threads were ready to
+# use (schedstat), and its CPU per busy second, read as low for healthy replicas under a flood
+# or beside a busy peer as for a throttled one (figures in bench/RESULTS.md).
 THROTTLED_SHARE = 0.5
 MIN_PERIODS = 5
 JUDGE_BUSY_S = 2.0

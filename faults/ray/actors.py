@@ -214,7 +214,7 @@ class LeakActors(LocalProcessFault[LeakParams]):
                 order.setdefault(actor.actor_id, int((actor.name or "").removeprefix(prefix)))
         # Newest first: the newest are the ones still pending, and killing an alive one first
         # frees a GPU that Ray can grant to a pending one's lease while the kill is on its way
-        # (in CI a GPU stayed held after such a revert).
+        # (otherwise a GPU can stay held after the revert).
         newest_first = sorted(order, key=order.__getitem__, reverse=True)
         killed = [actor_id for actor_id in newest_first if _kill_actor(actor_id)]
         if wait_until(lambda: all(a.state == "DEAD" for a in self._leaked(handle)), 10.0, 0.5) is None:
@@ -247,8 +247,8 @@ class LeakActors(LocalProcessFault[LeakParams]):
         gpus_free = free_gpus(env)
         exhausted = handle.state.get("gpus_exhausted_at") is not None
         # What a user sees is the GPUs gone and GPU work pending. A leaked actor whose GPU Ray
-        # granted may still be starting its worker process: on 2026-12-03's slower machine all
-        # three were PENDING_CREATION 20 s in, with the free GPUs at 0, and ALIVE after the run.
+        # granted may still be starting its worker process (PENDING_CREATION on a slow machine,
+        # with the free GPUs already at 0), so it counts as holding once the GPUs were taken.
         took = exhausted and float(handle.state.get("gpus_free_before", 0.0)) > 0
         holding = alive >= 1 or (took and pending_actors >= 1)
         bit = holding and (exhausted or params.num_gpus == 0)

@@ -578,8 +578,8 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         the shortfall, and the speed measured again.
 
         Tokens do not slow in proportion to CPU taken away: part of each probe's time is not the
-        engine's. A fresh-clone run's quota of 1/10 of the replica's measured use slowed it 4.99x,
-        one hundredth short of the 5x a slowdown of 10 must show.
+        engine's, so a quota of 1/10 of the replica's measured use can slow it just short of the
+        5x a slowdown of 10 must show.
         """
         state = handle.state
         before = state["speed_before"]["tokens_per_s"]

@@ -201,9 +201,9 @@ def test_cleanup_after_kill_9_restores_the_environment(
     if case in NETWORK_CASES:
         after = _link_state(local_env)
         # A node replaced after the cut outlived Ray's node-death budget (the runner was killed
-        # mid-cut: on 2026-12-03's slower machine cleanup came too late for worker-7) adds its
-        # own namespace, which is the environment's; the lost node's namespace, once removed,
-        # can hold nothing.
+        # mid-cut, and on a slow machine cleanup can come too late for a worker) adds its own
+        # namespace, which is the environment's; the lost node's namespace, once removed, can
+        # hold nothing.
         kept = {k: v for k, v in after.items() if k in links_before and k != "host"}
         gone = {k for k in links_before if k not in after and k not in ("host", "delayers")}
         assert kept == {k: v for k, v in links_before.items() if k != "host" and k not in gone}, (

@@ -100,11 +100,10 @@ def _kv_flood_holding_recovery(folder: Path, hold_s: float) -> Path:
     """kv_flood whose recovery must hold ``hold_s``: the run then samples the load that long
     after the canary recovered. Locust users queued behind the flood keep the load's sliding
     percentile high for seconds after the canary, which waits for nothing, is already back
-    (in CI the load's p95 was still 0.62 s, twice its baseline's worst, 12 s after the revert
-    with the scenario's own 5 s hold). The window the hold may start in grows by as much as the
-    hold: under Locust load the canary's first tokens spike to 0.5-0.6 s every 6-11 s after a
-    healthy recovery (fresh clone, 2026-12-02: at +14, +20 and +31 s, all well again from +2 s),
-    and a 15 s hold in the scenario's 30 s found no spike-free start."""
+    (with the scenario's own 5 s hold the load's p95 can still be twice its baseline's worst).
+    The window the hold may start in grows by as much as the hold: under Locust load the
+    canary's first tokens spike every few seconds even after a healthy recovery, and a 15 s
+    hold in the scenario's 30 s found no spike-free start."""
     spec = yaml.safe_load((EXPERIMENTS / "kv_flood.yaml").read_text())
     spec["recovery"]["within_s"] += hold_s - spec["recovery"]["hold_s"]
     spec["recovery"]["hold_s"] = hold_s

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, needs_prometheus]
 NS = "inferchaos"
 JOB, OTHER_JOB = "kube-state-metrics", "kube-state-metrics-b"
 
-# What kube-state-metrics v2 (its main branch at c92fe0c, 2026-08-20) writes on /metrics for
+# What kube-state-metrics v2 (its main branch at commit c92fe0c) writes on /metrics for
 # this cluster, started with --metric-labels-allowlist=nodes=[inferchaos.io/pool], cut to the
 # families the probe reads and a few neighbours. The HELP texts, the "[STABLE]" prefix of stable families, the
 # label names and their order (an object's own labels first: namespace, pod, uid), the five

@@ -136,10 +136,10 @@ AVAILABILITY = (
 
 
 def test_an_slo_with_no_baseline_fails_the_run_but_is_no_detection(synth: Synth) -> None:
-    # CI's engine_hang control (2026-12-04): the front door sent the whole baseline to
-    # replica-0, so survivor_ttft had nothing to scale from. It failed closed, as it must, but
-    # its first sample read as a breach 1 ms after the injection, and triage then searched the
-    # seconds before the hang could show: "unknown", where the failed request named vLLM.
+    # The front door may send the whole baseline to replica-0, leaving survivor_ttft nothing to
+    # scale from. It must fail closed, but not read as a breach at its first sample: triage
+    # would then search the seconds before the hang could show and answer "unknown", where
+    # the failed request names vLLM.
     survivor = synth.rows("canary.ttft_s", [0.05] * 30, start=10, labels={"replica": "replica-1"})
     replica_0 = synth.rows("canary.ttft_s", [0.05] * 10, labels={"replica": "replica-0"})
     served = synth.rows("canary.success", [1.0] * 41)
