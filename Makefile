@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make gameday   set up .venv and the distribution packages, run the game day on the local environment"
 	@echo "make test      set up .venv and run unit + integration tests"
-	@echo "make lint      ruff, ruff format --check, import-linter, mypy, generated docs and hypotheses current, Any count, promtool"
+	@echo "make lint      ruff, ruff format --check, import-linter, mypy, generated docs and hypotheses current, Any count, dated comments, promtool"
 	@echo "make bench     run the benchmarks under bench/"
 	@echo "make env-down  stop a local environment left running"
 
@@ -62,7 +62,8 @@ test-integration: $(STAMP)
 
 # ruff (lint and format), import-linter (layers import one way), mypy (types), the generated
 # docs (docs/faults.md, docs/cli.md) and the experiments' hypotheses current, the count of Any
-# below its ceiling, and promtool on
+# below its ceiling, no dated narrative in comments, docstrings or docs (history goes in
+# CHANGELOG.md, measurements in bench/RESULTS.md), and promtool on
 # the alerting rules teams deploy (deploy/prometheus/).
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -72,6 +73,7 @@ lint: $(STAMP)
 	$(BIN)/python scripts/gen_docs.py --check
 	$(BIN)/python scripts/gen_hypothesis.py --check
 	$(BIN)/python scripts/count_any.py
+	$(BIN)/python scripts/check_dated_comments.py
 	@command -v promtool >/dev/null || { echo "make lint: promtool is missing (apt-get install prometheus)"; exit 1; }
 	promtool check rules deploy/prometheus/inferchaos-rules.yml
 
