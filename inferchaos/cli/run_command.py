@@ -107,17 +107,25 @@ def run_one(
     run_dir: Path | None = None,
     pushgateway: str | None = None,
     strict: bool = False,
+    fail_fast: bool = False,
 ) -> tuple[int, Verdict | None]:
     """Run one experiment (or control) into ``out``: its exit code and verdict (None for a dry run).
 
     ``run_dir`` is its run folder, by default a new one under ``out``. With ``pushgateway`` its
     metrics are pushed there once it is judged; the push cannot change the exit code. A run
-    this host cannot hold is skipped: exit 0, or EXIT_STRICT_SKIP with ``strict``.
+    this host cannot hold is skipped: exit 0, or EXIT_STRICT_SKIP with ``strict``. With
+    ``fail_fast`` a run whose SLOs already failed before its recovery ends without it.
     """
     # Named here, so that Locust's CSVs (with --load) land in the run folder too.
     run_dir = run_dir or new_run_dir(out, spec.name)
     options = RunOptions(
-        out_dir=out, interval_s=interval, dry_run=dry_run, allow=allow, run_dir=run_dir, control=control
+        out_dir=out,
+        interval_s=interval,
+        dry_run=dry_run,
+        allow=allow,
+        run_dir=run_dir,
+        control=control,
+        fail_fast=fail_fast,
     )
     factory = load_probe_factory(load, csv_dir=run_dir / "load") if load else build_probes
     skip_code = EXIT_STRICT_SKIP if strict else 0
@@ -156,6 +164,13 @@ def run_one(
 @LOAD_OPTION
 @PUSHGATEWAY_OPTION
 @STRICT_OPTION
+@click.option(
+    "--fail-fast",
+    is_flag=True,
+    help="End the run as soon as it has failed: once an SLO of the baseline or the fault window "
+    "failed (or a stop condition fired), revert and release at once instead of waiting out the "
+    "recovery window. Its recovery SLOs then read 'not judged'. For CI gates and negative controls.",
+)
 def run_cmd(
     experiment: Path,
     env_name: str,
@@ -166,6 +181,7 @@ def run_cmd(
     load: str | None,
     pushgateway: str | None,
     strict: bool,
+    fail_fast: bool,
 ) -> None:
     """Run one experiment: baseline, inject, sample, always revert, measure recovery, judge.
 
@@ -214,5 +230,6 @@ def run_cmd(
             control,
             pushgateway=pushgateway,
             strict=strict,
+            fail_fast=fail_fast,
         )[0]
     )

@@ -15,7 +15,7 @@ import math
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from inferchaos.steady_state.evaluation import (
     counts_toward,
     evaluate,
     evaluate_slo,
+    layer_verdicts,
     missing_baselines,
     phase_windows,
     recover,
@@ -113,6 +114,9 @@ class RunOptions:
     allow: AllowList | None = None
     # A negative control: the scenario runs against a platform this breaks (inferchaos.run.controls).
     control: ControlSpec | None = None
+    # End the run once an SLO of the baseline or the fault window has failed (or a stop condition
+    # fired): revert and release at once, without waiting out a recovery that cannot pass it.
+    fail_fast: bool = False
 
 
 @dataclass
@@ -140,6 +144,8 @@ class _RunState:
     inject_error: str | None = None
     revert_times: tuple[float, float] | None = None
     recovery_sampled: bool = False
+    # With RunOptions.fail_fast: what had failed when the run ended without its recovery phase.
+    failed_fast: list[str] = field(default_factory=list)
 
 
 def check_environment(env: Environment) -> None:
@@ -486,6 +492,14 @@ class Runner:
             raise
         finally:
             await self._revert(timeline)
+        if self.options.fail_fast and not (self._state.interrupted or self._state.errors):
+            self._state.failed_fast = self._failed_before_recovery(timeline)
+            if self._state.failed_fast:
+                self._progress(
+                    f"--fail-fast: {', '.join(self._state.failed_fast[:3])} failed; "
+                    "ending without waiting out recovery"
+                )
+                return
         # Only into a recovery that will be sampled: not after a revert that waited out the platform.
         if self._state.handle is not None and not (
             self._state.interrupted or self._state.errors or self._state.no_recovery
@@ -741,6 +755,17 @@ class Runner:
         """The scenario's SLOs and the platform steady state, as this run's baseline shaped it."""
         return with_platform(self.spec.slos, timeline, self.platform())
 
+    def _failed_before_recovery(self, timeline: Timeline) -> list[str]:
+        """What already fails the run before its recovery: a stop condition that fired, a revert
+        that waited out the platform, the SLOs of the baseline and the fault window that failed."""
+        failed = [str(self._state.stop.get("name", "a stop condition"))] if self._state.stop else []
+        failed += self._state.no_recovery
+        windows = phase_windows(timeline)
+        for slo in self.judged_spec(timeline).slos:
+            if slo.phase is not Phase.RECOVERY and not evaluate_slo(timeline, slo, windows).ok:
+                failed.append(slo.name)
+        return failed
+
     def _baseline_failures(self, timeline: Timeline) -> list[str]:
         windows = phase_windows(timeline)
         failures = []
@@ -762,6 +787,8 @@ class Runner:
         evaluation = evaluate(
             timeline, judged, extra={NO_DETECTOR_FIRING: evolution}, judged_again=judged_again(judged)
         )
+        if state.failed_fast:
+            evaluation = _without_recovery(evaluation, state.failed_fast[0])
         # The platform's SLOs carry their declaration: no experiment file holds it, and a journal's
         # probe replays an SLO from its declaration.
         slos = tuple(
@@ -963,10 +990,20 @@ class Runner:
         if not fault.effect_observed:
             reason = state.evidence_during.reason if state.evidence_during else ""
             return Status.FAILED, f"{NO_EFFECT}: {reason}"
-        failed = [s for s in evaluation.slos if not s.ok]
+        # An SLO left unjudged by --fail-fast is never the reason: one judged before it failed.
+        failed = sorted(
+            (s for s in evaluation.slos if not s.ok), key=lambda s: s.reason.startswith(NOT_JUDGED)
+        )
         if failed:
             first = failed[0]
-            return Status.FAILED, f"SLO {first.name} [{first.phase}] breached: {first.reason}"
+            fast = "; --fail-fast: the run ended without its recovery phase" if state.failed_fast else ""
+            return Status.FAILED, f"SLO {first.name} [{first.phase}] breached: {first.reason}{fast}"
+        if state.failed_fast:
+            # A stop condition or a revert that waited out the platform failed it (above).
+            return (
+                Status.FAILED,
+                f"{', '.join(state.failed_fast)}; --fail-fast: the run ended without its recovery phase",
+            )
         if recovery is not None and not recovery.recovered:
             return Status.FAILED, f"no recovery in time: {recovery.reason}"
         ttr = (
@@ -1009,6 +1046,23 @@ class Runner:
             json.dumps(redact(verdict.to_dict(), secrets), indent=2, default=str)
         )
         _render_reports(self.run_dir)
+
+
+NOT_JUDGED = "not judged: --fail-fast"
+
+
+def _without_recovery(evaluation: Evaluation, first_failed: str) -> Evaluation:
+    """``evaluation`` of a run that --fail-fast ended before its recovery phase: its recovery
+    SLOs read as not judged (and count in no layer's verdict), and no recovery is claimed."""
+    unjudged = f"{NOT_JUDGED} ended the run once {first_failed} had failed"
+    slos = tuple(
+        replace(r, ok=False, observed=None, samples=0, reason=unjudged)
+        if r.phase == Phase.RECOVERY.value
+        else r
+        for r in evaluation.slos
+    )
+    judged = [r for r in slos if r.phase != Phase.RECOVERY.value]
+    return replace(evaluation, slos=slos, layers=layer_verdicts(judged), recovery=None)
 
 
 def _failure_line(failure: PlatformFailure) -> str:

@@ -570,6 +570,7 @@ def run_fake_experiment(
     keep_error: bool = False,
     progress_raises: tuple[str, BaseException] | None = None,
     control: ControlSpec | None = None,
+    fail_fast: bool = False,
 ) -> RunResult:
     """Run ``spec`` through the real Runner with fake probes, canary, environment and fault.
 
@@ -594,7 +595,7 @@ def run_fake_experiment(
     raised: list[str] = []
 
     SABOTAGED_WORLD[0] = world
-    options = RunOptions(interval_s=INTERVAL_S, run_dir=run_dir, control=control)
+    options = RunOptions(interval_s=INTERVAL_S, run_dir=run_dir, control=control, fail_fast=fail_fast)
     runner = Runner(spec, env, options, report, factory)
     assert isinstance(runner.fault, FakeFault), (
         f"registry gave {type(runner.fault).__name__} for {FAKE_FAULT}"
