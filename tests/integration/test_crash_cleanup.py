@@ -11,6 +11,7 @@ every spare GPU free. The actor leak's case is in test_scenarios.py.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,6 +62,8 @@ CASES = {
     "degrade_link": ("slow_link.yaml", {"network.degrade_link"}),
 }
 NETWORK_CASES = {"partition_node", "degrade_link"}
+# Long enough for every replica to answer before the fault (the platform's baseline checks).
+BASELINE_S = 4
 
 
 def _link_state(env: LocalEnvironment) -> dict[str, list[str]]:
@@ -92,19 +95,32 @@ def _link_state(env: LocalEnvironment) -> dict[str, list[str]]:
 
 
 def _experiment(case: str, name: str, tmp_path: Path) -> Path:
-    """The experiment file of ``case``: a shipped one, strict_pg_stall in hog mode, or the
-    slow_engine test experiment with the case's mechanism written in."""
+    """The experiment file of ``case``: a shipped one (a control beside its scenario), strict_pg_stall
+    in hog mode, or the slow_engine test experiment with the case's mechanism written in; each
+    with a short baseline, as the runner is killed once the fault acts and nothing is judged."""
+    path = SLOW_ENGINE if Path(name) == SLOW_ENGINE else EXPERIMENTS / name
+    if path.parent.name == "controls":
+        # The control names its scenario by a relative path: the shortened scenario goes there.
+        _shortened(case, EXPERIMENTS / path.name, tmp_path / path.name)
+        control = tmp_path / "controls" / path.name
+        control.parent.mkdir()
+        control.write_text(path.read_text())
+        return control
+    return _shortened(case, path, tmp_path / f"{case.replace('+', '_')}.yaml")
+
+
+def _shortened(case: str, path: Path, written: Path) -> Path:
+    text = path.read_text()
     if case == "stall_placement_group+hog":
-        written = tmp_path / "strict_pg_stall_hog.yaml"
-        shipped = (EXPERIMENTS / name).read_text()
-        assert "mode: strict_spread" in shipped
-        written.write_text(shipped.replace("mode: strict_spread", "mode: hog"))
-        return written
-    if Path(name) != SLOW_ENGINE:
-        return EXPERIMENTS / name
-    mechanism = case.split("+", 1)[1]
-    written = tmp_path / f"slow_engine_{mechanism}.yaml"
-    written.write_text(SLOW_ENGINE.read_text().replace("MECHANISM", mechanism))
+        assert "mode: strict_spread" in text
+        text = text.replace("mode: strict_spread", "mode: hog")
+    if path == SLOW_ENGINE:
+        text = text.replace("MECHANISM", case.split("+", 1)[1])
+    text, baselines = re.subn(
+        r"^baseline: \{duration_s: \d+\}$", f"baseline: {{duration_s: {BASELINE_S}}}", text, flags=re.M
+    )
+    assert baselines == 1, f"{path} declares no baseline to shorten"
+    written.write_text(text)
     return written
 
 
