@@ -20,8 +20,8 @@ import uuid
 from pathlib import Path
 
 from inferchaos.errors import FaultError
-from inferchaos.faults.gpu.cuda import cuda_available
-from inferchaos.faults.gpu.launch import (
+from inferchaos.faults.device.cuda import cuda_available
+from inferchaos.faults.device.launch import (
     SquatterSpec,
     end_squatter,
     squatter_process,

@@ -22,7 +22,7 @@ _ALIASES: dict[str, str] = {}
 # Every module that defines built-in faults; imported on first lookup so that a name is known
 # however the caller reached the registry (CLI, Chaos Toolkit action, cleanup after a crash).
 BUILTIN_FAULT_MODULES = (
-    "inferchaos.faults.ray.node",
+    "inferchaos.faults.ray.kill_node",
     "inferchaos.faults.ray.actors",
     "inferchaos.faults.ray.placement",
     "inferchaos.faults.ray.serve_controller",
@@ -34,7 +34,7 @@ BUILTIN_FAULT_MODULES = (
     "inferchaos.faults.vllm.blind",
     "inferchaos.faults.network.partition",
     "inferchaos.faults.network.degrade",
-    "inferchaos.faults.gpu.squat",
+    "inferchaos.faults.device.squat",
     "inferchaos.faults.k8s.node",
     "inferchaos.faults.k8s.pod",
     "inferchaos.faults.k8s.scheduler_ledger",

@@ -1,1 +1,5 @@
-"""The Chaos Toolkit provider module of the device layer (the squat itself lives in faults.gpu)."""
+"""Device-layer faults: memory squatting on a GPU or on a local replica's memory budget.
+
+The fault is :mod:`faults.device.squat`; its Chaos Toolkit provider module is
+:mod:`faults.device.actions`.
+"""

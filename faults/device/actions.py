@@ -1,4 +1,4 @@
-"""Device-layer faults (the memory squat, whose code lives in faults.gpu) as Chaos Toolkit actions: ``<verb>`` and ``rollback_<verb>`` for each fault ``device.<verb>``.
+"""Device-layer faults (the memory squat, :mod:`faults.device.squat`) as Chaos Toolkit actions: ``<verb>`` and ``rollback_<verb>`` for each fault ``device.<verb>``.
 
 Generated from the registry by :func:`faults.actions.populate`; see :mod:`faults.actions` for
 what an action and a rollback do and which ``configuration`` keys they read.

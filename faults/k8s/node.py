@@ -26,7 +26,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
 from inferchaos.faults.k8s.container_runtime import ContainerRuntime, resolve_runtime
 from inferchaos.faults.k8s.k8s_fault import K8sFault
-from inferchaos.faults.k8s.nodes import (
+from inferchaos.faults.k8s.node_steps import (
     DAEMONSET_KIND,
     is_mirror_pod,
     is_unschedulable,

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, TypedFault, set_times
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.network.common import open_network, require_links, target_worker
+from inferchaos.faults.network.worker_links import open_network, require_links, target_worker
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue

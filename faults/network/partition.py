@@ -34,7 +34,7 @@ from inferchaos.faults.base import (
     set_times,
 )
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.network.common import open_network, require_links, target_worker
+from inferchaos.faults.network.worker_links import open_network, require_links, target_worker
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue, seconds

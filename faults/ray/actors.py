@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, set_times, wait_until
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.ray.common import LocalProcessFault, free_gpus
+from inferchaos.faults.local_process import LocalProcessFault, free_gpus
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import RayProcessEnvironment

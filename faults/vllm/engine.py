@@ -25,7 +25,7 @@ from inferchaos.faults.base import (
     wait_until,
 )
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.ray.common import LocalProcessFault
+from inferchaos.faults.local_process import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.targets import healthy_replica
 from inferchaos.layers import Layer

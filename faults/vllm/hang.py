@@ -30,7 +30,7 @@ import httpx
 from inferchaos.errors import ConfigError, FaultError, ProbeError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, replica_name, set_times
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.ray.common import LocalProcessFault
+from inferchaos.faults.local_process import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.replica_processes import (
     GONE,

@@ -69,7 +69,7 @@ from inferchaos.faults.base import (
     set_times,
 )
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.ray.common import LocalProcessFault
+from inferchaos.faults.local_process import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.replica_processes import (
     ProcessEntry,

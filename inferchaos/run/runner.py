@@ -1072,7 +1072,7 @@ def _failure_line(failure: PlatformFailure) -> str:
 
 def triage_thresholds(spec: ExperimentSpec) -> dict[str, float]:
     """Thresholds triage cannot know by itself: how much device memory a replica needs."""
-    from inferchaos.faults.gpu.squat import DEFAULT_REPLICA_NEED_BYTES
+    from inferchaos.faults.device.squat import DEFAULT_REPLICA_NEED_BYTES
 
     need = spec.fault.params.get("replica_need_bytes") or DEFAULT_REPLICA_NEED_BYTES
     return {"device.free_bytes": float(need)}

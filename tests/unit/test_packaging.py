@@ -46,7 +46,7 @@ def test_top_level_is_only_inferchaos(wheel: zipfile.ZipFile) -> None:
 def test_every_layer_is_inside_the_namespace(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     for module in (
-        "inferchaos/faults/ray/node.py",
+        "inferchaos/faults/ray/kill_node.py",
         "inferchaos/steady_state/sampler.py",
         "inferchaos/environments/local/env.py",
         "inferchaos/cli/main.py",

@@ -14,7 +14,7 @@ from inferchaos.errors import ConfigError
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.ray.actors import LeakActors
-from inferchaos.faults.ray.node import KillNode
+from inferchaos.faults.ray.kill_node import KillNode
 from inferchaos.faults.ray.placement import StallPlacementGroup
 from inferchaos.faults.registry import get_fault
 from inferchaos.layers import Layer

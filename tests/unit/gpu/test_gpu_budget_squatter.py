@@ -14,14 +14,14 @@ import psutil
 import pytest
 
 from inferchaos.errors import FaultError
-from inferchaos.faults.gpu.launch import (
+from inferchaos.faults.device.launch import (
     SquatterSpec,
     end_squatter,
     squatter_process,
     start_squatter,
     wait_ready,
 )
-from inferchaos.faults.gpu.restart import budget_rss_bytes, wait_budget_released
+from inferchaos.faults.device.restart import budget_rss_bytes, wait_budget_released
 from inferchaos.primitives.memory_budget import MemoryBudget, budget_memory, budgets_available, open_budget
 from inferchaos.primitives.processes import kill_tree_now, pid_alive
 from tests.skips import host_lacks

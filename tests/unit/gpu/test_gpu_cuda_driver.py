@@ -7,8 +7,8 @@ import ctypes
 import pytest
 
 from inferchaos.errors import FaultError
-from inferchaos.faults.gpu import cuda
-from inferchaos.faults.gpu.cuda import (
+from inferchaos.faults.device import cuda
+from inferchaos.faults.device.cuda import (
     TOUCH_BYTE,
     CudaDriver,
     CudaError,

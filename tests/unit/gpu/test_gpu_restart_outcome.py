@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from inferchaos.faults.base import FaultHandle
-from inferchaos.faults.gpu import squat
-from inferchaos.faults.gpu.restart import (
+from inferchaos.faults.device import squat
+from inferchaos.faults.device.restart import (
     FAILED_FAST,
     FAILED_LATE,
     HUNG,
@@ -24,7 +24,7 @@ from inferchaos.faults.gpu.restart import (
     merge_attempts,
     watch_restart,
 )
-from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.device.squat import SquatDeviceMemory
 from inferchaos.layers import Layer
 from inferchaos.primitives.replica_slots import ReplicaRecord
 from tests.fakes.gpu import FakeLocalEnv, replica_record

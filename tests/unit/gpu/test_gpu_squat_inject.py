@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from inferchaos.errors import FaultError
-from inferchaos.faults.gpu import devices, squat
-from inferchaos.faults.gpu.cuda import cuda_available
-from inferchaos.faults.gpu.launch import find_squatters
-from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.device import devices, squat
+from inferchaos.faults.device.cuda import cuda_available
+from inferchaos.faults.device.launch import find_squatters
+from inferchaos.faults.device.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger
 from inferchaos.primitives.nvml import Nvml
 from tests.fakes.gpu import GIB, FakeGpu, FakeLocalEnv, FakePynvml

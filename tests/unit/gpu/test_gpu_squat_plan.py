@@ -9,8 +9,8 @@ import psutil
 import pytest
 
 from inferchaos.errors import ConfigError, Unsupported
-from inferchaos.faults.gpu import devices, squat
-from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.device import devices, squat
+from inferchaos.faults.device.squat import SquatDeviceMemory
 from inferchaos.primitives import memory_budget
 from inferchaos.primitives.memory_budget import MemoryBudget
 from inferchaos.primitives.nvml import Nvml

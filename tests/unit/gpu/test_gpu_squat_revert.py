@@ -13,8 +13,8 @@ import pytest
 
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.device.actions import rollback_squat_device_memory
-from inferchaos.faults.gpu.launch import SquatterSpec, find_squatters, start_squatter, wait_ready
-from inferchaos.faults.gpu.squat import SquatDeviceMemory
+from inferchaos.faults.device.launch import SquatterSpec, find_squatters, start_squatter, wait_ready
+from inferchaos.faults.device.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
 from inferchaos.primitives.processes import kill_tree_now, pid_alive, spawn_process_group

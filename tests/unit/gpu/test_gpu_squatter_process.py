@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from inferchaos.faults.gpu.cuda import cuda_available
-from inferchaos.faults.gpu.launch import PROJECT_ROOT
+from inferchaos.faults.device.cuda import cuda_available
+from inferchaos.faults.device.launch import PROJECT_ROOT
 from tests.skips import host_lacks
 
 MIB = 1024 * 1024
@@ -21,7 +21,7 @@ SQUAT_BYTES = 8 * MIB
 
 def _squatter(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "inferchaos.faults.gpu.squatter", *args],
+        [sys.executable, "-m", "inferchaos.faults.device.squatter", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

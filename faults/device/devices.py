@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.gpu.cuda import CudaDriver, CudaError, CudaUnavailable
+from inferchaos.faults.device.cuda import CudaDriver, CudaError, CudaUnavailable
 from inferchaos.primitives.nvml import Nvml, NvmlError
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import httpx
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, replica_name, wait_until
 from inferchaos.faults.ledger import Ledger
-from inferchaos.faults.ray.common import LocalProcessFault
+from inferchaos.faults.local_process import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
 from inferchaos.primitives.capabilities import RayProcessEnvironment

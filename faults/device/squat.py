@@ -41,16 +41,16 @@ from inferchaos.faults.base import (
     byte_count,
     env_name,
 )
-from inferchaos.faults.gpu.cuda import cuda_available
-from inferchaos.faults.gpu.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
-from inferchaos.faults.gpu.launch import (
+from inferchaos.faults.device.cuda import cuda_available
+from inferchaos.faults.device.devices import CUDA, HOST, DeviceRef, gpu_size, parse_device
+from inferchaos.faults.device.launch import (
     SquatterSpec,
     end_squatter,
     squatter_process,
     start_squatter,
     wait_ready,
 )
-from inferchaos.faults.gpu.restart import (
+from inferchaos.faults.device.restart import (
     RestartAttempt,
     assess_attempts,
     kill_replica_server,
@@ -58,7 +58,7 @@ from inferchaos.faults.gpu.restart import (
     wait_budget_released,
     watch_restart,
 )
-from inferchaos.faults.gpu.squatter import CUDA_MAX_FRACTION, HOST_MAX_MACHINE_FRACTION
+from inferchaos.faults.device.squatter import CUDA_MAX_FRACTION, HOST_MAX_MACHINE_FRACTION
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer

@@ -1,6 +1,6 @@
 """The squatter: a process of its own that takes memory, touches every page, and holds it.
 
-    python -m faults.gpu.squatter --backend cuda|host --device N|host:K --bytes B [--budget CGROUP]
+    python -m inferchaos.faults.device.squatter --backend cuda|host --device N|host:K --bytes B [--budget CGROUP]
 
 Once the memory is held it prints one JSON line to stdout,
 ``{"ready": true, "allocated_bytes": ..., "pid": ...}``, then waits for SIGTERM or SIGINT,
@@ -67,7 +67,7 @@ class HeldMemory:
 def parse_request(argv: Sequence[str] | None = None) -> SquatRequest:
     """Read the command line; argparse exits 2 on a malformed one."""
     parser = argparse.ArgumentParser(
-        prog="python -m faults.gpu.squatter", description=__doc__.splitlines()[0]
+        prog="python -m inferchaos.faults.device.squatter", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--backend", choices=("cuda", "host"), required=True)
     parser.add_argument("--device", required=True, help="cuda: N or cuda:N; host: host:K")
@@ -141,7 +141,7 @@ def hold_host_memory(request: SquatRequest) -> HeldMemory:
 
 def hold_cuda_memory(request: SquatRequest) -> HeldMemory:
     """Allocate and touch ``nbytes`` on the GPU through the CUDA driver."""
-    from inferchaos.faults.gpu.cuda import CudaDriver, hold_device_memory, release_device_memory
+    from inferchaos.faults.device.cuda import CudaDriver, hold_device_memory, release_device_memory
 
     ordinal = cuda_ordinal(request.device)
     driver = CudaDriver()

@@ -27,7 +27,7 @@ from inferchaos.primitives.processes import ENV_MARKER, pid_alive, spawn_process
 
 logger = logging.getLogger(__name__)
 
-SQUATTER_MODULE = "inferchaos.faults.gpu.squatter"
+SQUATTER_MODULE = "inferchaos.faults.device.squatter"
 SQUAT_ID_VAR = "INFERCHAOS_SQUAT_ID"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The squatter must not be the kernel's preferred victim inside the budget: the replica is.
