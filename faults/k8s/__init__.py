@@ -1,7 +1,8 @@
 """Kubernetes (macro) layer faults; importing this package registers them.
 
-See :mod:`faults.k8s.client` for what an environment must expose, :mod:`faults.k8s.allowlist`
-for the blast-radius fence, and :mod:`faults.k8s.actions` for the Chaos Toolkit actions.
+See :mod:`inferchaos.primitives.kube.client` for what an environment must expose,
+:mod:`inferchaos.primitives.kube.allowlist` for the blast-radius fence, and
+:mod:`inferchaos.faults.k8s.actions` for the Chaos Toolkit actions.
 """
 
 from inferchaos.faults.k8s import node, pod, scheduler_ledger
