@@ -58,6 +58,7 @@ from inferchaos.steady_state.detection import FaultAlert, detect_signals
 from inferchaos.steady_state.evaluation import (
     Evaluation,
     RecoveryResult,
+    SloResult,
     counts_toward,
     evaluate,
     evaluate_slo,
@@ -825,7 +826,7 @@ class Runner:
             platform_failure(
                 timeline,
                 judged,
-                evaluation.slos,
+                _judged(evaluation.slos),
                 self.platform(),
                 recovery.blocked_by if recovery and not recovery.recovered else (),
             )
@@ -865,7 +866,7 @@ class Runner:
                 since=injected,
                 lookahead_s=lookahead_s,
                 thresholds=triage_thresholds(spec),
-                breached_layers=frozenset(s.layer for s in evaluation.slos if not s.ok),
+                breached_layers=frozenset(s.layer for s in _judged(evaluation.slos) if not s.ok),
             )
             if injected
             else None
@@ -991,9 +992,7 @@ class Runner:
             reason = state.evidence_during.reason if state.evidence_during else ""
             return Status.FAILED, f"{NO_EFFECT}: {reason}"
         # An SLO left unjudged by --fail-fast is never the reason: one judged before it failed.
-        failed = sorted(
-            (s for s in evaluation.slos if not s.ok), key=lambda s: s.reason.startswith(NOT_JUDGED)
-        )
+        failed = [s for s in _judged(evaluation.slos) if not s.ok]
         if failed:
             first = failed[0]
             fast = "; --fail-fast: the run ended without its recovery phase" if state.failed_fast else ""
@@ -1049,6 +1048,12 @@ class Runner:
 
 
 NOT_JUDGED = "not judged: --fail-fast"
+
+
+def _judged(slos: Sequence[SloResult]) -> list[SloResult]:
+    """``slos`` less those --fail-fast left unjudged: they failed nothing, so neither a
+    platform failure, nor triage, nor the run's reason may be read from them."""
+    return [s for s in slos if not s.reason.startswith(NOT_JUDGED)]
 
 
 def _without_recovery(evaluation: Evaluation, first_failed: str) -> Evaluation:

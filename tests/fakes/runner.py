@@ -221,11 +221,14 @@ class FakeProbeFactory:
         self.paces.append(pace)
         self.named.append(named)
         canary = FakeCanary(self.world)
+        # A world whose baseline lists vllm.healthy has the replica's server read too, which
+        # brings the platform's per-replica SLOs into the run.
+        health = ("vllm.healthy",) if "vllm.healthy" in self.world.baseline else ()
         vllm = FakeProbe(
             "vllm@replica-0",
             Layer.VLLM,
             self.world,
-            ("vllm.kv_cache_usage", "vllm.num_requests_waiting"),
+            ("vllm.kv_cache_usage", "vllm.num_requests_waiting", *health),
             {"replica": "replica-0"},
         )
         self.built = [vllm, canary]

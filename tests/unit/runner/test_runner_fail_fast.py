@@ -16,7 +16,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
-from tests.fakes.runner import FAKE_SABOTAGE, World, make_spec, run_fake_experiment
+from tests.fakes.runner import FAKE_SABOTAGE, HEALTHY, World, make_spec, run_fake_experiment
 
 # The fault fails half the canary's requests while it is in place: availability fails during.
 FAILING = {"canary.success": 0.5}
@@ -89,3 +89,17 @@ def test_a_control_ended_early_still_releases_its_sabotage(tmp_path: Path) -> No
     assert [entry["ok"] for entry in verdict.control.released] == [True]
     assert world.count("sabotage.revert") == 1 and world.count("revert") == 1
     assert Ledger().entries() == []
+
+
+def test_an_slo_left_unjudged_names_no_failure_and_no_layer(tmp_path: Path) -> None:
+    """Triage and the platform failure read only what was judged: a recovery SLO the run never
+    reached says nothing of a replica, however it reads in verdict.json."""
+    spec = make_spec(tmp_path / "scenario.yaml")
+    world = World(baseline={**HEALTHY, "vllm.healthy": 1.0}, during=dict(FAILING))
+    verdict = run_fake_experiment(spec, tmp_path / "run", world=world, fail_fast=True).verdict
+    assert verdict.status is Status.FAILED
+    unjudged = [s.name for s in verdict.slos if s.reason.startswith("not judged")]
+    assert "platform.replica-0.answers_after" in unjudged, unjudged
+    failure = verdict.platform.failure if verdict.platform else None
+    assert failure is None or failure.phase != "recovery", failure
+    assert verdict.triage is not None and "not judged" not in verdict.triage.reason, verdict.triage
