@@ -29,6 +29,8 @@ pytestmark = pytest.mark.integration
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 RUN_BOUND_S = 600.0
+# The canary's recovery floor while Locust loads the platform (see _kv_flood_holding_recovery).
+LOADED_TTFT_FLOOR_S = 1.0
 
 
 def _runner(
@@ -114,9 +116,13 @@ def _kv_flood_holding_recovery(folder: Path, hold_s: float) -> Path:
     # windows (twenty requests) read as its p95 and failed a healthy fresh-clone run (0.54 s
     # against 0.38 s). Judged on 5 s windows, as this test held in every CI run before, one
     # spike lands alone in its window; a flood that never drains still fails either way.
+    # Its 0.3 s floor is an idle platform's: under Locust load a healthy canary's first tokens
+    # spike past it for seconds after a full recovery (bench/RESULTS.md), while a flood that never
+    # drains keeps them at seconds. The floor under load sits between the two.
     for slo in spec["slos"]:
         if slo["name"] == "ttft_after":
             slo["window_s"] = 5
+            slo["threshold"]["at_least"] = LOADED_TTFT_FLOOR_S
     folder.mkdir()
     path = folder / "kv_flood.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
