@@ -151,10 +151,20 @@ class StarvationWatch:
     min_periods: int = MIN_PERIODS
     judge_busy_s: float = JUDGE_BUSY_S
     _reads: deque[CpuRead] = field(default_factory=deque)
+    # The last verdict given: it stands until a read with new busy time says otherwise. A
+    # starved replica that had no request in the last second is no less starved, and a check
+    # that passed it then would reset the consecutive failures Serve counts before it acts.
+    _standing: str | None = None
+
+    @property
+    def standing(self) -> str | None:
+        """Why the replica was last judged starved, while no later judgment cleared it."""
+        return self._standing
 
     def restart(self) -> None:
-        """Forget the stretch under way (the check was off meanwhile)."""
+        """Forget the stretch under way (the check was off meanwhile), and its verdict."""
         self._reads.clear()
+        self._standing = None
 
     def judge(self, read: CpuRead) -> str | None:
         """Why the replica is starved, given this read; None while its quota leaves it be, while
@@ -163,6 +173,10 @@ class StarvationWatch:
 
         No token at all is a hang, the stall check's to judge, not a starved replica.
         """
+        self._standing = self._judge(read)
+        return self._standing
+
+    def _judge(self, read: CpuRead) -> str | None:
         reads = self._reads
         last = reads[-1] if reads else None
         if last is not None and (

@@ -353,13 +353,17 @@ class VLLMReplica:
         throttling = self._throttling()
         if throttling is None:
             self._starvation.restart()
-        if not suspect and (throttling is None or busy == self._busy_read):
+        idle = not suspect and (throttling is None or busy == self._busy_read)
+        if idle and (throttling is None or self._starvation.standing is None):
             return
         in_force = health_check_in_force(Path(self._launch.state_dir), self._launch.health_check)
         if in_force is HealthCheck.PLAIN:
             # What the replica got while nobody judged it must not be judged once the check is back.
             self._starvation.restart()
             return
+        if idle:
+            # Nothing new to judge it by: a starved replica stays starved until work shows otherwise.
+            raise RuntimeError(f"{self._name}: {self._starvation.standing} (no request since)")
         self._busy_read = busy
         metrics = await self._client.get("/metrics", timeout=HEALTH_READ_TIMEOUT_S)
         # vLLM's counters of work done; a hung EngineCore freezes both.

@@ -157,3 +157,20 @@ def test_a_replaced_server_or_a_check_turned_back_on_starts_a_new_stretch() -> N
     assert watch.judge(CpuRead(20, 20, 500, 450, 500)) is None, (
         "a restarted check judges no stretch at its first read"
     )
+
+
+def test_a_starved_replica_stays_starved_until_a_judged_read_clears_it() -> None:
+    """Serve acts on consecutive failed checks: a starved replica that had no request in the
+    last second must not pass one, or the platform keeps routing users to it."""
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    assert watch.standing is None
+    verdicts = _judge_stretch(watch, ZERO, periods=10, throttled=9, seconds=3)
+    assert verdicts[-1] is not None and watch.standing == verdicts[-1]
+    # Busy again and no longer throttled: once its last 2 busy seconds are clean, it is cleared.
+    last = CpuRead(3, 3, 30, 27, 150)
+    assert _judge_stretch(watch, last, periods=10, throttled=0, seconds=3)[-1] is None
+    assert watch.standing is None
+    _judge_stretch(watch, CpuRead(6, 6, 60, 27, 300), periods=10, throttled=9, seconds=3)
+    assert watch.standing is not None
+    watch.restart()
+    assert watch.standing is None, "a check turned off and on judges afresh"
