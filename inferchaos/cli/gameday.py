@@ -21,6 +21,7 @@ from inferchaos.cli.console import console
 from inferchaos.cli.environment import ensure_preflight, faults_of, k8s_env, k8s_run_allow
 from inferchaos.cli.options import (
     CONFIG_OPTION,
+    FAIL_FAST_OPTION,
     INTERVAL_OPTION,
     LOAD_OPTION,
     OUT_OPTION,
@@ -176,9 +177,11 @@ def _run_suite(
     load: str | None,
     pushgateway: str | None = None,
     strict: bool = False,
+    fail_fast: bool = False,
 ) -> int:
     """Run the planned experiments in order into one game-day folder, write the day's summary.json,
-    junit.xml and openmetrics.txt there, index the reports; the worst exit code.
+    junit.xml and openmetrics.txt there, index the reports; the worst exit code. With
+    ``fail_fast`` each run that has already failed ends without its recovery phase.
 
     A negative control counts as 0 when its scenario failed as expected and 1 when it did not.
     A skipped run (this host cannot hold it) counts 0, or EXIT_STRICT_SKIP with ``strict``.
@@ -213,6 +216,7 @@ def _run_suite(
                 run_dir=run_dir,
                 pushgateway=pushgateway,
                 strict=strict,
+                fail_fast=fail_fast,
             )
         except InferchaosError as e:
             # One experiment that cannot run is a finding of the day; the others still run.
@@ -284,6 +288,7 @@ def _run_suite(
 @LOAD_OPTION
 @PUSHGATEWAY_OPTION
 @STRICT_OPTION
+@FAIL_FAST_OPTION
 @click.pass_context
 def gameday(
     ctx: click.Context,
@@ -298,6 +303,7 @@ def gameday(
     load: str | None,
     pushgateway: str | None,
     strict: bool,
+    fail_fast: bool,
     health_check: str,
     network: str,
     subnet: str,
@@ -342,7 +348,9 @@ def gameday(
             if dry_run:
                 sys.exit(_print_plans(planned, strict))
             sys.exit(
-                _run_suite(planned, k8s_environment, out_dir, interval, allow, load, pushgateway, strict)
+                _run_suite(
+                    planned, k8s_environment, out_dir, interval, allow, load, pushgateway, strict, fail_fast
+                )
             )
         finally:
             k8s_environment.close()
@@ -363,7 +371,9 @@ def gameday(
         with Progress() as progress:
             LocalEnvironment(config, progress=progress).up()
         planned = _plan_suite(specs, environment, local_allow, controls)
-        worst = _run_suite(planned, environment, out_dir, interval, local_allow, load, pushgateway, strict)
+        worst = _run_suite(
+            planned, environment, out_dir, interval, local_allow, load, pushgateway, strict, fail_fast
+        )
     finally:
         if started_here and not keep_up:
             with Progress() as progress:

@@ -114,6 +114,13 @@ STRICT_OPTION = click.option(
     help="Exit 2 when a scenario is skipped because this host cannot hold it (no memory budgets, no "
     "GPU), for CI gates that require every scenario to run. Without it a skip exits 0.",
 )
+FAIL_FAST_OPTION = click.option(
+    "--fail-fast",
+    is_flag=True,
+    help="End a run as soon as it has failed: once an SLO of the baseline or the fault window "
+    "failed (or a stop condition fired), revert and release at once instead of waiting out the "
+    "recovery window. Its recovery SLOs then read 'not judged'. For CI gates and negative controls.",
+)
 
 
 def model_options(func: FC) -> FC:

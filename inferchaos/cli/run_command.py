@@ -16,6 +16,7 @@ from inferchaos.cli.environment import ensure_preflight, faults_of, k8s_env, k8s
 from inferchaos.cli.options import (
     CONFIG_OPTION,
     ENV_OPTION,
+    FAIL_FAST_OPTION,
     INTERVAL_OPTION,
     LOAD_OPTION,
     OUT_OPTION,
@@ -164,13 +165,7 @@ def run_one(
 @LOAD_OPTION
 @PUSHGATEWAY_OPTION
 @STRICT_OPTION
-@click.option(
-    "--fail-fast",
-    is_flag=True,
-    help="End the run as soon as it has failed: once an SLO of the baseline or the fault window "
-    "failed (or a stop condition fired), revert and release at once instead of waiting out the "
-    "recovery window. Its recovery SLOs then read 'not judged'. For CI gates and negative controls.",
-)
+@FAIL_FAST_OPTION
 def run_cmd(
     experiment: Path,
     env_name: str,

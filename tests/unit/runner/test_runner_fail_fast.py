@@ -1,4 +1,4 @@
-"""`inferchaos run --fail-fast`: a run that has already failed ends without its recovery phase.
+"""`inferchaos run --fail-fast` (and `gameday --fail-fast`): a run that has already failed ends without its recovery phase.
 
 What a CI gate relies on: the verdict is the same failure, named by the SLO that failed
 before the revert; the fault and a control's sabotage are still reverted and the ledger ends
@@ -8,15 +8,29 @@ recovery is claimed. A run whose fault window held still has its recovery judged
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from inferchaos.cli import gameday as cli_gameday
+from inferchaos.cli import main as cli
+from inferchaos.cli import run_command as cli_run
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
-from tests.fakes.runner import FAKE_SABOTAGE, HEALTHY, World, make_spec, run_fake_experiment
+from tests.fakes.runner import (
+    FAKE_SABOTAGE,
+    HEALTHY,
+    FakeFault,
+    FakeLocalEnvironment,
+    FakeProbeFactory,
+    FaultScript,
+    World,
+    make_spec,
+    run_fake_experiment,
+)
 
 # The fault fails half the canary's requests while it is in place: availability fails during.
 FAILING = {"canary.success": 0.5}
@@ -103,3 +117,33 @@ def test_an_slo_left_unjudged_names_no_failure_and_no_layer(tmp_path: Path) -> N
     failure = verdict.platform.failure if verdict.platform else None
     assert failure is None or failure.phase != "recovery", failure
     assert verdict.triage is not None and "not judged" not in verdict.triage.reason, verdict.triage
+
+
+def test_a_game_day_with_fail_fast_ends_each_failed_run_without_its_recovery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CI gate's game day: the failed scenario is still failed (exit 1) and rolled back, and
+    its recovery is left unjudged."""
+    world = World(during=dict(FAILING))
+
+    def shares_the_world(fault: FakeFault) -> None:
+        fault.world, fault.script = world, FaultScript()
+
+    scenario = tmp_path / "fake_scenario.yaml"
+    make_spec(scenario)
+    monkeypatch.setattr(FakeFault, "__init__", shares_the_world)
+    monkeypatch.setattr(cli_run, "build_probes", FakeProbeFactory(world))
+    monkeypatch.setattr(cli_gameday, "LocalEnvironment", FakeLocalEnvironment)
+    monkeypatch.setattr(cli_gameday, "suite_paths", lambda name: [scenario])
+    monkeypatch.setattr(cli_gameday, "load_and_validate", make_spec)
+    out = tmp_path / "out"
+    monkeypatch.setattr("sys.argv", ["inferchaos", "gameday", "--fail-fast", "--out", str(out)])
+    with pytest.raises(SystemExit) as done:
+        cli.main()
+    assert done.value.code == 1
+    (verdict_file,) = out.glob("gameday-*/*/verdict.json")
+    verdict = json.loads(verdict_file.read_text())
+    assert "--fail-fast: the run ended without its recovery phase" in verdict["reason"], verdict["reason"]
+    assert verdict["timing"]["recovered"] is None
+    assert world.count("revert") == 1
+    assert Ledger().entries() == []
