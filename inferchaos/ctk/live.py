@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from inferchaos.errors import ConfigError, ProbeError
-from inferchaos.faults.actions import (
+from inferchaos.faults.ctk_adapter import (
     Configuration,
     Secrets,
     open_ledger,
