@@ -19,10 +19,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
-from kubernetes.client import CoreV1Api, V1Pod
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from inferchaos.environments.k8s_config import K8sEnvConfig
@@ -42,6 +41,9 @@ from inferchaos.primitives.env_status import (
 )
 from inferchaos.primitives.kube.api import object_name
 from inferchaos.primitives.kube.client import K8sTarget, connect_in_cluster, connect_kubeconfig, connect_url
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Pod
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +159,9 @@ class K8sEnvironment:
             except OSError as e:
                 raise ConfigError(f"ray.auth_token_file: cannot read {ray.auth_token_file}: {e}") from e
         namespace, name, key = self.config.kube.namespace, str(ray.auth_token_secret), ray.token_key
+        from kubernetes.client import CoreV1Api
+        from kubernetes.client.exceptions import ApiException
+
         try:
             secret = CoreV1Api(self.k8s.api_client).read_namespaced_secret(name, namespace)
         except ApiException as e:
@@ -190,6 +195,9 @@ class K8sEnvironment:
     # -- vLLM -------------------------------------------------------------------------------
     def replica_pods(self) -> list[V1Pod]:
         """The vLLM Pods (``vllm.label_selector``) in the namespace, by name."""
+        from kubernetes.client import CoreV1Api
+        from kubernetes.client.exceptions import ApiException
+
         vllm = self.config.vllm
         try:
             pods = CoreV1Api(self.k8s.api_client).list_namespaced_pod(

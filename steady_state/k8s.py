@@ -22,16 +22,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes.client import (
-    ApiClient,
-    AppsV1Api,
-    CoreV1Api,
-    CustomObjectsApi,
-    V1NodeCondition,
-)
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from inferchaos.errors import ProbeError
@@ -39,6 +31,9 @@ from inferchaos.layers import Layer
 from inferchaos.primitives.kube.api import object_name
 from inferchaos.primitives.kube.scheduling import pending_pod_reasons
 from inferchaos.steady_state.probe_base import Sample
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1NodeCondition
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 
@@ -62,6 +57,8 @@ class K8sProbe:
 
     def read_now(self) -> list[Sample]:
         """The blocking read behind :meth:`read`; raises ProbeError when the API cannot be read."""
+        from kubernetes.client.exceptions import ApiException
+
         try:
             return [*self._nodes(), *self._deployments(), *self._pods(), *self._rayclusters()]
         except ApiException as e:
@@ -70,6 +67,8 @@ class K8sProbe:
             raise ProbeError(f"could not read the Kubernetes layer: {e}") from e
 
     def _nodes(self) -> list[Sample]:
+        from kubernetes.client import CoreV1Api
+
         nodes = CoreV1Api(self.api_client).list_node(label_selector=self.node_selector or None).items
         ready = [n for n in nodes if _condition_true(n.status.conditions if n.status else None, "Ready")]
         schedulable = [n for n in ready if not (n.spec and n.spec.unschedulable)]
@@ -79,6 +78,8 @@ class K8sProbe:
         ]
 
     def _deployments(self) -> list[Sample]:
+        from kubernetes.client import AppsV1Api
+
         samples = []
         for d in AppsV1Api(self.api_client).list_namespaced_deployment(self.namespace).items:
             labels = {"deployment": object_name(d)}
@@ -90,6 +91,8 @@ class K8sProbe:
         return samples
 
     def _pods(self) -> list[Sample]:
+        from kubernetes.client import CoreV1Api
+
         pods = CoreV1Api(self.api_client).list_namespaced_pod(self.namespace).items
         pending = sum(1 for p in pods if p.status and p.status.phase == "Pending")
         samples = [Sample("k8s.pods_pending", float(pending), {"namespace": self.namespace})]
@@ -115,6 +118,9 @@ class K8sProbe:
         ]
 
     def _rayclusters(self) -> list[Sample]:
+        from kubernetes.client import CustomObjectsApi
+        from kubernetes.client.exceptions import ApiException
+
         try:
             listing = CustomObjectsApi(self.api_client).list_namespaced_custom_object(
                 RAY_GROUP, RAY_VERSION, self.namespace, RAY_PLURAL

@@ -17,10 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from kubernetes.client import V1DeleteOptions, V1Eviction, V1Node, V1ObjectMeta, V1Preconditions
-from kubernetes.client.exceptions import ApiException
+from typing import TYPE_CHECKING, Any
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
@@ -41,6 +38,9 @@ from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
 from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.kube.kube_errors import K8sError
 from inferchaos.primitives.kube.scheduling import ReasonKind, pending_pod_reasons
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Node
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +191,9 @@ class DrainNode(K8sFault[DrainParams]):
         self._wait_gone(target, params, handle.state["evict"], deadline)
 
     def _evict(self, target: K8sTarget, params: DrainParams, pod: dict[str, str], deadline: float) -> None:
+        from kubernetes.client import V1DeleteOptions, V1Eviction, V1ObjectMeta, V1Preconditions
+        from kubernetes.client.exceptions import ApiException
+
         body = V1Eviction(
             api_version="policy/v1",
             kind="Eviction",
@@ -285,6 +288,8 @@ class DeleteNode(K8sFault[NodeParams]):
             target.core.delete_node(params.node)
 
     def _undo(self, target: K8sTarget, params: NodeParams, handle: FaultHandle, ledger: Ledger) -> None:
+        from kubernetes.client import V1Node
+
         if read_if_exists(f"read node {params.node}", target.core.read_node, params.node) is not None:
             return  # still there, or the kubelet registered it again
         # 409: the kubelet registered the node between our read and our create.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from kubernetes.client import CoreV1Api, V1Node
+from typing import TYPE_CHECKING, Any
 
 from inferchaos.primitives.kube.api import api_errors
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api, V1Node
 
 DAEMONSET_KIND = "DaemonSet"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

@@ -14,8 +14,6 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client import V1DeleteOptions, V1Preconditions
-
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
 from inferchaos.faults.k8s.k8s_fault import K8sFault
@@ -102,6 +100,8 @@ class KillPods(K8sFault[KillPodsParams]):
         return Planned(description, names, state)
 
     def _act(self, target: K8sTarget, params: KillPodsParams, handle: FaultHandle, ledger: Ledger) -> None:
+        from kubernetes.client import V1DeleteOptions, V1Preconditions
+
         for pod in handle.state["pods"]:
             # The uid precondition makes sure a same-named replacement is never the one deleted.
             options = V1DeleteOptions(

@@ -24,24 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
-
-from kubernetes.client import (
-    V1Affinity,
-    V1Capabilities,
-    V1Container,
-    V1NodeAffinity,
-    V1NodeSelector,
-    V1NodeSelectorRequirement,
-    V1NodeSelectorTerm,
-    V1ObjectMeta,
-    V1Pod,
-    V1PodSpec,
-    V1ResourceRequirements,
-    V1SecurityContext,
-    V1Toleration,
-)
-from kubernetes.client.exceptions import ApiException
+from typing import TYPE_CHECKING, Any, Literal
 
 from inferchaos.errors import ConfigError
 from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, timestamps
@@ -52,6 +35,9 @@ from inferchaos.primitives.kube.api import api_errors, read_if_exists, read_raw
 from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.kube.kube_errors import K8sError
 from inferchaos.primitives.kube.scheduling import PendingPodReasons, ReasonKind, pending_pod_reasons
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Pod
 
 logger = logging.getLogger(__name__)
 
@@ -295,6 +281,22 @@ def _wait_bound(
 
 def _squatter(name: str, params: SquatParams, node: str | None, gpus: int, fault_id: str) -> V1Pod:
     """A pause Pod pinned to ``node`` (anywhere when None) that declares ``gpus`` and never touches them."""
+    from kubernetes.client import (
+        V1Affinity,
+        V1Capabilities,
+        V1Container,
+        V1NodeAffinity,
+        V1NodeSelector,
+        V1NodeSelectorRequirement,
+        V1NodeSelectorTerm,
+        V1ObjectMeta,
+        V1Pod,
+        V1PodSpec,
+        V1ResourceRequirements,
+        V1SecurityContext,
+        V1Toleration,
+    )
+
     # requests == limits: Guaranteed QoS, and extended resources must not overcommit anyway.
     amounts = {params.resource: str(gpus), "cpu": "10m", "memory": "16Mi"}
     # matchFields on metadata.name pins by node name, as the DaemonSet controller does.
@@ -423,6 +425,8 @@ def _change_taints(
     ``node.kubernetes.io/not-ready``); carrying ``resourceVersion`` makes a stale write a 409
     instead of silently dropping its taint.
     """
+    from kubernetes.client.exceptions import ApiException
+
     for _ in range(CONFLICT_RETRIES):
         live = read_if_exists(f"read node {node}", read_raw, target.core.read_node, node)
         if live is None:

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from inferchaos.primitives.env_status import EnvStatus, NetworkStatus, NodeStatus
 from inferchaos.primitives.gcs_state import GcsStorage
-from inferchaos.primitives.kube.client import K8sTarget
 from inferchaos.primitives.ray_nodes import RayNodeRecord
 from inferchaos.primitives.replica_slots import ReplicaRecord
+
+if TYPE_CHECKING:
+    # Only named in annotations: the kubernetes client costs seconds to import, and a local
+    # run never touches it.
+    from inferchaos.primitives.kube.client import K8sTarget
 
 
 class RecordedLocalState(Protocol):

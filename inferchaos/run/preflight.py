@@ -21,10 +21,9 @@ import importlib.metadata
 import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from kubernetes.client import ApiextensionsV1Api, V1CustomResourceDefinition, VersionApi
 
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
@@ -36,6 +35,9 @@ from inferchaos.primitives.vllm_metrics import OLDER_NAMES, exposed_names
 from inferchaos.run.kube_access import KUBERAY_CRDS, needed_access
 from inferchaos.steady_state.canary import CanaryConfig
 from inferchaos.steady_state.k8s import RAY_VERSION
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1CustomResourceDefinition
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +135,8 @@ def ensure_preflight_passes(env: K8sEnvironment, faults: Iterable[str] | None = 
 
 
 def _kube_api(env: K8sEnvironment) -> PreflightItem:
+    from kubernetes.client import VersionApi
+
     what = f"API server of context {env.config.kube.context}"
     try:
         with api_errors("read the API server's version"):
@@ -161,6 +165,8 @@ def _access(env: K8sEnvironment, faults: Iterable[str] | None) -> list[Preflight
 
 
 def _crd(env: K8sEnvironment, name: str) -> PreflightItem:
+    from kubernetes.client import ApiextensionsV1Api
+
     try:
         crd: V1CustomResourceDefinition | None = read_if_exists(
             f"read the CustomResourceDefinition {name}",

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
-from kubernetes.client import (
-    ApiClient,
-    AuthorizationV1Api,
-    V1ResourceAttributes,
-    V1SelfSubjectAccessReview,
-    V1SelfSubjectAccessReviewSpec,
-)
+from typing import TYPE_CHECKING
 
 from inferchaos.primitives.kube.api import api_errors
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +56,13 @@ class AccessReview:
 
 def review_access(api_client: ApiClient, access: KubeAccess) -> AccessReview:
     """Whether the client's identity may perform ``access``; K8sError when the API cannot be asked."""
+    from kubernetes.client import (
+        AuthorizationV1Api,
+        V1ResourceAttributes,
+        V1SelfSubjectAccessReview,
+        V1SelfSubjectAccessReviewSpec,
+    )
+
     attributes = V1ResourceAttributes(
         verb=access.verb,
         resource=access.resource,

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
-
-from kubernetes.client import CoreV1Api
+from typing import TYPE_CHECKING, Any
 
 from inferchaos.errors import ConfigError
 from inferchaos.params import InvalidValue, parse_params
 from inferchaos.primitives.kube.api import api_errors
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
 
 logger = logging.getLogger(__name__)
 

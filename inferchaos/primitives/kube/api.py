@@ -1,4 +1,9 @@
-"""Calling the Kubernetes API: one place that turns client failures into K8sError."""
+"""Calling the Kubernetes API: one place that turns client failures into K8sError.
+
+The kubernetes client is imported where a call is made, never at module level: it costs
+seconds to import, and every command that runs only against the local environment (and every
+`chaos run` of a local experiment) imports the faults and probes that sit on top of this.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,15 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from kubernetes.client import V1ObjectMeta
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from inferchaos.primitives.kube.kube_errors import K8sError
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1ObjectMeta
+    from kubernetes.client.exceptions import ApiException
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +62,8 @@ def api_errors(what: str, tolerate: tuple[int, ...] = ()) -> Iterator[None]:
     Answers whose status is in ``tolerate`` end the block quietly instead: a revert that
     finds its object already gone (404), a delete whose uid precondition no longer holds (409).
     """
+    from kubernetes.client.exceptions import ApiException
+
     try:
         yield
     except ApiException as e:

@@ -11,13 +11,13 @@ a test double around a fake API server) can serve them. It must expose:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from kubernetes.client import ApiClient, AppsV1Api, Configuration, CoreV1Api, CustomObjectsApi
-from kubernetes.config import load_incluster_config, new_client_from_config
-from kubernetes.config.config_exception import ConfigException
+from typing import TYPE_CHECKING
 
 from inferchaos.errors import ConfigError
 from inferchaos.primitives.kube.allowlist import AllowList
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 
 
 @dataclass
@@ -36,16 +36,22 @@ class K8sTarget:
     @property
     def core(self) -> CoreV1Api:
         """Nodes, Pods, evictions, events."""
+        from kubernetes.client import CoreV1Api
+
         return CoreV1Api(self.api_client)
 
     @property
     def apps(self) -> AppsV1Api:
         """Deployments."""
+        from kubernetes.client import AppsV1Api
+
         return AppsV1Api(self.api_client)
 
     @property
     def custom(self) -> CustomObjectsApi:
         """Custom resources such as KubeRay's RayClusters."""
+        from kubernetes.client import CustomObjectsApi
+
         return CustomObjectsApi(self.api_client)
 
 
@@ -53,6 +59,9 @@ def connect_kubeconfig(
     context: str, allow: AllowList, runtime: str = "docker", config_file: str | None = None
 ) -> K8sTarget:
     """A K8sTarget for ``context`` of a kubeconfig file (``$KUBECONFIG`` or ~/.kube/config)."""
+    from kubernetes.config import new_client_from_config
+    from kubernetes.config.config_exception import ConfigException
+
     try:
         api_client = new_client_from_config(config_file=config_file, context=context, persist_config=False)
     except (ConfigException, OSError) as e:
@@ -72,6 +81,8 @@ def connect_url(
 
     ``context`` is the name this cluster goes by in the allow-list.
     """
+    from kubernetes.client import ApiClient, Configuration
+
     configuration = Configuration(host=url)
     if token:
         configuration.api_key = {"BearerToken": token}
@@ -89,6 +100,10 @@ def connect_in_cluster(context: str, allow: AllowList, runtime: str = "docker") 
     kubelet rotates it: a bound token read once by hand expires during a long game day.
     ``context`` is the name this cluster goes by in the allow-list.
     """
+    from kubernetes.client import ApiClient, Configuration
+    from kubernetes.config import load_incluster_config
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = Configuration()
     try:
         load_incluster_config(client_configuration=configuration)

@@ -6,13 +6,15 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from kubernetes.client import ApiClient, CoreV1Api, CoreV1Event, V1Pod
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from inferchaos.errors import ProbeError
 from inferchaos.primitives.kube.api import object_name
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, CoreV1Event, V1Pod
 
 
 class ReasonKind(StrEnum):
@@ -178,6 +180,9 @@ def pending_pod_reasons(
     without one (events expire after an hour) the Pod's ``PodScheduled`` condition carries
     the same message. Raises ProbeError when the API cannot be read.
     """
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
     core = CoreV1Api(api_client)
     try:
         pods = core.list_namespaced_pod(
