@@ -1,7 +1,7 @@
 """Name -> fault class: the one list of faults. Every fault registers itself with :func:`register`.
 
 A fault is named ``<layer>.<verb>``; its Chaos Toolkit action is ``<verb>`` in the provider
-module ``inferchaos.faults.<layer>.actions`` (and its rollback ``rollback_<verb>``), so the
+module ``inferchaos.ctk.<layer>_actions`` (and its rollback ``rollback_<verb>``), so the
 name, the YAML and the module never drift apart. Names of older releases (``kill_node``)
 stay accepted wherever a fault is looked up by name, each use logging one deprecation line.
 """
@@ -39,8 +39,15 @@ BUILTIN_FAULT_MODULES = (
     "inferchaos.faults.k8s.pod",
     "inferchaos.faults.k8s.scheduler_ledger",
 )
+# The layers with a fault package under faults/, each of which held its own provider module
+# (`inferchaos.faults.<layer>.actions`) before the Chaos Toolkit glue moved to inferchaos.ctk.
+FAULT_PACKAGES = ("device", "k8s", "network", "ray", "vllm")
 # Provider modules that moved, so an old experiment file is told where its fault went.
-MOVED_ACTION_MODULES = {"inferchaos.faults.gpu.actions": "inferchaos.faults.device.actions"}
+MOVED_ACTION_MODULES = {
+    "inferchaos.faults.gpu.actions": "inferchaos.ctk.device_actions",
+    **{f"inferchaos.faults.{layer}.actions": f"inferchaos.ctk.{layer}_actions" for layer in FAULT_PACKAGES},
+    "inferchaos.faults.k8s.probes": "inferchaos.ctk.k8s_probes",
+}
 _loaded = False
 
 
@@ -96,7 +103,7 @@ def faults_of_layer(layer: Layer) -> list[type[Fault]]:
 
 def actions_module(layer: Layer) -> str:
     """The Chaos Toolkit provider module of ``layer``'s faults."""
-    return f"inferchaos.faults.{layer.value}.actions"
+    return f"inferchaos.ctk.{layer.value}_actions"
 
 
 def action_modules() -> list[str]:

@@ -143,7 +143,7 @@ def faults_md() -> str:
         NOTICE.format(source="the fault registry (inferchaos/faults/registry.py)", cmd=REGENERATE),
         "",
         "Every built-in fault an experiment can name, sorted by name. A fault is `<layer>.<verb>`;",
-        "its Chaos Toolkit action is `<verb>` in the provider module `inferchaos.faults.<layer>.actions`",
+        "its Chaos Toolkit action is `<verb>` in the provider module `inferchaos.ctk.<layer>_actions`",
         "and its rollback `rollback_<verb>`. Parameters are checked before anything is injected: an",
         "unknown, missing or mistyped one stops the run with exit 2. What each scenario does with these",
         "faults is in [scenarios.md](scenarios.md); how an experiment names a fault is in",

@@ -2,7 +2,7 @@
 
 See :mod:`inferchaos.primitives.kube.client` for what an environment must expose,
 :mod:`inferchaos.primitives.kube.allowlist` for the blast-radius fence, and
-:mod:`inferchaos.faults.k8s.actions` for the Chaos Toolkit actions.
+:mod:`inferchaos.ctk.k8s_actions` for the Chaos Toolkit actions.
 """
 
 from inferchaos.faults.k8s import node, pod, scheduler_ledger

@@ -15,9 +15,8 @@ from typing import Any
 
 from chaoslib.discovery.discover import discover_actions, discover_probes, initialize_discovery_result
 
-from inferchaos.ctk import live, providers
+from inferchaos.ctk import k8s_probes, live, providers
 from inferchaos.errors import InferchaosError
-from inferchaos.faults.k8s import probes as k8s_probes
 from inferchaos.faults.registry import action_modules
 from inferchaos.run import hypothesis
 

@@ -34,14 +34,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from inferchaos.errors import ConfigError, ProbeError
-from inferchaos.faults.ctk_adapter import (
+from inferchaos.ctk.fault_adapter import (
     Configuration,
     Secrets,
     open_ledger,
     open_local_environment,
     shared_fault,
 )
+from inferchaos.errors import ConfigError, ProbeError
 from inferchaos.faults.registry import canonical_name
 from inferchaos.primitives.capabilities import Environment
 from inferchaos.run.probe_set import build_probes, close_probes, slo_replicas

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferchaos.faults import ctk_adapter
-from inferchaos.faults.ctk_adapter import Configuration, Secrets, open_local_environment
+from inferchaos.ctk import fault_adapter
+from inferchaos.ctk.fault_adapter import Configuration, Secrets, open_local_environment
 from inferchaos.primitives.openai_stream import stream_completion
 
 # What Chaos Toolkit's discovery lists (inferchaos/ctk/discovery.py).
@@ -34,4 +34,4 @@ def environment_status(configuration: Configuration = None, secrets: Secrets = N
 
 def fault_effect(fault: str, configuration: Configuration = None, secrets: Secrets = None) -> dict[str, Any]:
     """Evidence of every live injection of ``fault`` (``<layer>.<verb>``): did it bite, and how (for the journal)."""
-    return ctk_adapter.fault_effect(fault, configuration, secrets)
+    return fault_adapter.fault_effect(fault, configuration, secrets)

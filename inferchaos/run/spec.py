@@ -1,7 +1,7 @@
 """Loading and completely validating an experiment file before anything is touched.
 
 An experiment is a valid Chaos Toolkit experiment (its fault is a python-provider action of
-one of our `inferchaos.faults.<layer>.actions` modules, which the fault registry lists) extended with the inferchaos keys `slos`,
+one of our `inferchaos.ctk.<layer>_actions` modules, which the fault registry lists) extended with the inferchaos keys `slos`,
 `recovery`, `stop_conditions`, `environment` and `baseline`. Every problem is a ConfigError
 whose one line names the file and the key path, e.g. ``kv_flood.yaml: slos[1].op: ...``.
 """
@@ -42,14 +42,11 @@ def _ensure_providers_use_the_namespace(raw: dict[str, Any], path: Path) -> None
         for index, activity in enumerate(activities):
             provider = activity.get("provider") if isinstance(activity, dict) else None
             module = provider.get("module") if isinstance(provider, dict) else None
-            if isinstance(module, str) and module.split(".", 1)[0] in OLD_TOP_LEVEL_PACKAGES:
-                raise _fail(
-                    path,
-                    f"{section}[{index}].provider.module",
-                    f"{module!r} moved: use 'inferchaos.{module}'",
-                )
-            if isinstance(module, str) and module in registry.MOVED_ACTION_MODULES:
-                new = registry.MOVED_ACTION_MODULES[module]
+            if not isinstance(module, str):
+                continue
+            new = f"inferchaos.{module}" if module.split(".", 1)[0] in OLD_TOP_LEVEL_PACKAGES else module
+            new = registry.MOVED_ACTION_MODULES.get(new, new)
+            if new != module:
                 raise _fail(path, f"{section}[{index}].provider.module", f"{module!r} moved: use {new!r}")
 
 

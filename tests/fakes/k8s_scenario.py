@@ -29,7 +29,7 @@ from tests.fakes.apiserver import FakeCluster
 from tests.fakes.control_plane import FakeControlPlane, with_default_tolerations
 from tests.fakes.k8s_doubles import RUNTIME_SCRIPT, FakeRuntime
 from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, NS, WORKERS, node, pod, raycluster_crd
-from tests.fakes.runner import FakeEnv
+from tests.fakes.scripted_world import FakeEnv
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 

@@ -10,7 +10,7 @@ import pytest
 from inferchaos.faults.base import FaultHandle
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
-from tests.fakes.runner import FAKE_FAULT, run_cleanup
+from tests.fakes.scripted_world import FAKE_FAULT, run_cleanup
 
 
 def test_entries_survive_a_new_ledger_object(tmp_path: Path) -> None:

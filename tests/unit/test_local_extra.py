@@ -74,7 +74,7 @@ def test_the_package_imports_without_looking_for_the_extra(tmp_path: Path) -> No
         "inferchaos.cli.main",
         "inferchaos.pytest_plugin",
         "inferchaos.run.runner",
-        "inferchaos.faults.ctk_adapter",
+        "inferchaos.ctk.fault_adapter",
         "inferchaos.reports.render",
         "inferchaos.environments.k8s_env",
         "inferchaos.environments.local.env",

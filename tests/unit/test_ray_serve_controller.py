@@ -507,7 +507,7 @@ def test_revert_of_an_entry_whose_kill_never_happened_waits_for_nothing(
 def test_the_chaos_toolkit_action_and_rollback_are_generated() -> None:
     import inspect
 
-    from inferchaos.faults.ray import actions
+    from inferchaos.ctk import ray_actions as actions
 
     assert {"kill_serve_controller", "rollback_kill_serve_controller"} <= set(actions.__all__)
     assert list(inspect.signature(actions.kill_serve_controller).parameters) == [

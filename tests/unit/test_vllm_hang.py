@@ -356,6 +356,6 @@ def test_revert_from_a_handle_read_back_from_the_ledger(tree: Tree, tmp_path: Pa
 
 
 def test_the_chaos_toolkit_action_and_rollback_are_generated() -> None:
-    from inferchaos.faults.vllm import actions
+    from inferchaos.ctk import vllm_actions as actions
 
     assert {"hang_engine", "rollback_hang_engine"} <= set(actions.__all__)

@@ -751,7 +751,7 @@ def test_cleanup_from_the_ledger_alone_moves_processes_back_and_removes_the_grou
 
 
 def test_the_chaos_toolkit_action_and_rollback_are_generated() -> None:
-    from inferchaos.faults.vllm import actions
+    from inferchaos.ctk import vllm_actions as actions
 
     assert {"slow_engine", "rollback_slow_engine"} <= set(actions.__all__)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from inferchaos.ctk.device_actions import rollback_squat_device_memory
 from inferchaos.faults.base import FaultHandle
-from inferchaos.faults.device.actions import rollback_squat_device_memory
 from inferchaos.faults.device.launch import SquatterSpec, find_squatters, start_squatter, wait_ready
 from inferchaos.faults.device.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from inferchaos.ctk import k8s_actions as actions
 from inferchaos.errors import ConfigError
-from inferchaos.faults.k8s import actions
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import fault_names
 from tests.fakes.apiserver import FakeApiServer, FakeCluster

@@ -2,7 +2,7 @@
 
 The Kubernetes layer is real code end to end: the driver, the faults, the k8s probe, the
 official client, the fake API server and its simulated control plane. vLLM, the canary and
-Ray are the runner's fakes (tests/fakes/runner.py); tests/integration/test_k8s_scenarios.py runs
+Ray are the runner's fakes (tests/fakes/scripted_world.py); tests/integration/test_k8s_scenarios.py runs
 the same experiments with the real ones.
 """
 
@@ -22,7 +22,7 @@ from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
-from tests.fakes.runner import FakeProbeFactory, World
+from tests.fakes.scripted_world import FakeProbeFactory, World
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import CONTROL_PLANE
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
-from tests.fakes.runner import FakeProbeFactory, World
+from tests.fakes.scripted_world import FakeProbeFactory, World
 
 K8S_SUITE = SUITES["k8s"]
 # A folder suite runs in file-name order.

@@ -23,7 +23,7 @@ from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
-from tests.fakes.runner import FakeProbeFactory, World
+from tests.fakes.scripted_world import FakeProbeFactory, World
 
 # A node lost for good is seen by the scenario's own node and Pending SLOs where it declares
 # them, and by the platform steady state's where it does not.

@@ -25,7 +25,7 @@ from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from inferchaos.steady_state.timeline import Mark, Timeline, read_timeline
 from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
-from tests.fakes.runner import FakeEnv, FakeFault, FakeProbeFactory, World, make_spec
+from tests.fakes.scripted_world import FakeEnv, FakeFault, FakeProbeFactory, World, make_spec
 
 
 @dataclass

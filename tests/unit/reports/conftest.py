@@ -14,7 +14,7 @@ from inferchaos.layers import Layer
 from inferchaos.reports.render import render_index, render_run
 from inferchaos.run.controls import ControlSpec
 from tests.fakes.report_runs import RUN_NAMES, copy_run
-from tests.fakes.runner import FaultScript, World, make_spec, run_fake_experiment
+from tests.fakes.scripted_world import FaultScript, World, make_spec, run_fake_experiment
 
 
 @pytest.fixture

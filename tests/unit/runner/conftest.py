@@ -14,7 +14,7 @@ import pytest
 
 from inferchaos.errors import FaultError
 from inferchaos.run.spec import ExperimentSpec
-from tests.fakes.runner import (
+from tests.fakes.scripted_world import (
     EXPERIMENT_SECRET,
     LONG_DURING_S,
     RAY_TOKEN,

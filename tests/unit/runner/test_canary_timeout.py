@@ -16,7 +16,7 @@ import pytest
 from inferchaos.run.spec import ExperimentSpec, load_and_validate
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.slo import Op
-from tests.fakes.runner import DEFAULT_SLOS, make_spec, run_fake_experiment
+from tests.fakes.scripted_world import DEFAULT_SLOS, make_spec, run_fake_experiment
 
 REPO = Path(__file__).resolve().parents[3]
 # Controls run these same files against a broken platform.

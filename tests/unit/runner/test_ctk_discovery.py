@@ -51,11 +51,11 @@ def test_chaos_discover_lists_every_activity_the_experiments_name_and_touches_no
     listed = {(a["mod"], a["name"]): a for a in discovery["activities"]}
     missing = _named_by_experiment_files() - set(listed)
     assert not missing, f"experiment files name activities discovery does not list: {sorted(missing)}"
-    flood = listed[("inferchaos.faults.vllm.actions", "flood_kv_cache")]
+    flood = listed[("inferchaos.ctk.vllm_actions", "flood_kv_cache")]
     assert flood["type"] == "action" and {"target", "overfill", "configuration"} <= {
         a["name"] for a in flood["arguments"]
     }
-    assert listed[("inferchaos.faults.vllm.actions", "rollback_flood_kv_cache")]["type"] == "action"
+    assert listed[("inferchaos.ctk.vllm_actions", "rollback_flood_kv_cache")]["type"] == "action"
     assert listed[("inferchaos.run.hypothesis", "slo_observed")]["type"] == "probe"
     # Helpers that are no activity stay out.
     assert ("inferchaos.run.hypothesis", "value_decides") not in listed

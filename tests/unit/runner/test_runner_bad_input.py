@@ -34,8 +34,8 @@ UNKNOWN_TARGET = "unknown_target.yaml"
 UNKNOWN_WORKER = "unknown_worker.yaml"
 ARGS = "method[0].provider.arguments"
 FAULT_MODULES = (
-    "inferchaos.faults.device.actions, inferchaos.faults.k8s.actions, "
-    "inferchaos.faults.network.actions, inferchaos.faults.ray.actions, inferchaos.faults.vllm.actions"
+    "inferchaos.ctk.device_actions, inferchaos.ctk.k8s_actions, "
+    "inferchaos.ctk.network_actions, inferchaos.ctk.ray_actions, inferchaos.ctk.vllm_actions"
 )
 
 # file -> what the one error line must say after "<file>: " (the key path, or the place).
@@ -49,7 +49,10 @@ EXPECTED: dict[str, str] = {
     "negative_duration.yaml": "method[0].pauses.after: must be more than 0 seconds, got -5",
     "empty.yaml": "the file is empty",
     "not_a_mapping.yaml": "an experiment must be a mapping of keys, got list",
-    "old_module_path.yaml": "method[0].provider.module: 'faults.vllm.actions' moved: use 'inferchaos.faults.vllm.actions'",
+    "old_module_path.yaml": "method[0].provider.module: 'faults.vllm.actions' moved: use 'inferchaos.ctk.vllm_actions'",
+    "moved_provider_module.yaml": (
+        "method[0].provider.module: 'inferchaos.faults.vllm.actions' moved: use 'inferchaos.ctk.vllm_actions'"
+    ),
     MISSING: "no such experiment file",
     "is_a_directory.yaml": "is a directory, not an experiment file",
     "not_utf8.yaml": "not UTF-8 text: byte 0xe9 at offset ",
@@ -79,7 +82,7 @@ EXPECTED: dict[str, str] = {
     # The method's fault action: exactly one.
     "no_fault_action.yaml": f"method: needs exactly one fault action from {FAULT_MODULES}; found 0",
     "two_fault_actions.yaml": f"method: needs exactly one fault action from {FAULT_MODULES}; found 2 (method[0], method[1])",
-    "method_revert_of_another_fault.yaml": "method[1].provider.func: a revert in the method must be rollback_flood_kv_cache of inferchaos.faults.vllm.actions, after method[0]",
+    "method_revert_of_another_fault.yaml": "method[1].provider.func: a revert in the method must be rollback_flood_kv_cache of inferchaos.ctk.vllm_actions, after method[0]",
     "unknown_environment.yaml": "environment.name: unknown environment 'moon'; use one of local, kind, cluster",
     # Stop conditions and recovery.
     "stop_conditions_not_a_list.yaml": "stop_conditions: must be a list of guardrails like SLOs (probe, op, threshold), got dict",

@@ -11,7 +11,7 @@ from inferchaos.errors import EnvironmentError_
 from inferchaos.faults.ledger import Ledger
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.runner import RunOptions, run_experiment
-from tests.fakes.runner import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
+from tests.fakes.scripted_world import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
 
 
 def test_baseline_not_met_fails_without_injecting(baseline_failed_run: RunResult) -> None:

@@ -18,7 +18,14 @@ from inferchaos.layers import Layer
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
 from inferchaos.run.spec import ExperimentSpec
-from tests.fakes.runner import FAKE_SABOTAGE, RunResult, World, make_spec, run_cleanup, run_fake_experiment
+from tests.fakes.scripted_world import (
+    FAKE_SABOTAGE,
+    RunResult,
+    World,
+    make_spec,
+    run_cleanup,
+    run_fake_experiment,
+)
 
 # The fault hurts the platform while it is in place: a queue in vLLM, slow first tokens.
 HURT = {"canary.ttft_s": 2.0, "vllm.num_requests_waiting": 4.0}

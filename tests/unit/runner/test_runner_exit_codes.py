@@ -12,7 +12,7 @@ import pytest
 import inferchaos.cli.run_command as cli_run
 from inferchaos.reports.verdict_schema import EXIT_INTERRUPTED, Status, Verdict
 from inferchaos.run.spec import load_and_validate
-from tests.fakes.runner import FakeEnv, RunResult
+from tests.fakes.scripted_world import FakeEnv, RunResult
 
 REPO = Path(__file__).resolve().parents[3]
 KV_FLOOD = REPO / "experiments" / "kv_flood.yaml"

@@ -20,7 +20,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.controls import ControlResult, ControlSpec, SabotageAt, SabotageStep
-from tests.fakes.runner import (
+from tests.fakes.scripted_world import (
     FAKE_SABOTAGE,
     HEALTHY,
     FakeFault,

@@ -18,7 +18,7 @@ from inferchaos.faults.base import FaultPlan
 from inferchaos.layers import Layer
 from inferchaos.run.spec import ExperimentSpec, load_and_validate
 from tests.fakes.report_runs import FIXTURE_RUNS
-from tests.fakes.runner import FakeEnv
+from tests.fakes.scripted_world import FakeEnv
 
 REPO = Path(__file__).resolve().parents[3]
 RECORDED = {"kv_flood": "failed_kv_flood", "strict_pg_stall": "aborted_pg_stall"}

@@ -20,7 +20,7 @@ from chaoslib.run import EventHandlerRegistry
 from inferchaos.reports.load import load_journal
 from inferchaos.run.journal import EXTENSION
 from tests.fakes.chaoslib_reference import failed_hypothesis, reference_journal
-from tests.fakes.runner import RunResult
+from tests.fakes.scripted_world import RunResult
 
 # Keys whose content is the experiment's own (any JSON): their shape is not chaoslib's to fix.
 OPAQUE = {"experiment", "activity", "output"}

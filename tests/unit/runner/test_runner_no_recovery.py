@@ -27,7 +27,7 @@ from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm.flood import NAME as FLOOD
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
-from tests.fakes.runner import (
+from tests.fakes.scripted_world import (
     FAKE_FAULT,
     FakeEnv,
     FaultScript,

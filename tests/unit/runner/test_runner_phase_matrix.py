@@ -30,7 +30,7 @@ from inferchaos.cli import run_command as cli_run
 from inferchaos.faults.ledger import Ledger
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.spec import ExperimentSpec
-from tests.fakes.runner import (
+from tests.fakes.scripted_world import (
     FAKE_FAULT,
     LONG_DURING_S,
     STOP_CONDITION,

@@ -27,7 +27,7 @@ from inferchaos.primitives.processes import free_port
 from inferchaos.reports.pushgateway import pushgateway_url
 from inferchaos.run.spec import load_and_validate
 from tests.fakes.report_runs import FIXTURE_RUNS, read_json
-from tests.fakes.runner import FakeEnv, RunResult
+from tests.fakes.scripted_world import FakeEnv, RunResult
 from tests.skips import require
 
 REPO = Path(__file__).resolve().parents[3]

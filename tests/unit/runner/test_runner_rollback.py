@@ -10,7 +10,7 @@ import pytest
 
 from inferchaos.faults.ledger import Ledger
 from inferchaos.reports.verdict_schema import Status
-from tests.fakes.runner import (
+from tests.fakes.scripted_world import (
     FAKE_FAULT,
     LONG_DURING_S,
     FaultScript,

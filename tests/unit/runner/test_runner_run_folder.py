@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.fakes.runner import DEFAULT_RECOVERY, EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
+from tests.fakes.scripted_world import DEFAULT_RECOVERY, EXPERIMENT_SECRET, FAKE_FAULT, RAY_TOKEN, RunResult
 
 JOURNAL_KEYS = {
     "chaoslib-version",

@@ -82,14 +82,14 @@ def test_load_and_validate_accepts_the_scenario(path: Path) -> None:
 
 
 def test_every_fault_parameter_is_settable_from_yaml() -> None:
-    # The Chaos Toolkit action of `<layer>.<verb>` is `<verb>` in inferchaos.faults.<layer>.actions,
+    # The Chaos Toolkit action of `<layer>.<verb>` is `<verb>` in inferchaos.ctk.<layer>_actions,
     # and it takes exactly the fault's parameters, so chaoslib accepts each one in a YAML.
     for name in fault_names():
         fault = get_fault(name)
         if not isinstance(fault, TypedFault):
             continue  # a test's stand-in
         layer, verb = name.split(".", 1)
-        module = importlib.import_module(f"inferchaos.faults.{layer}.actions")
+        module = importlib.import_module(f"inferchaos.ctk.{layer}_actions")
         action, rollback = getattr(module, verb), getattr(module, f"rollback_{verb}")
         wanted = {f.name for f in dataclasses.fields(fault.params_type)} | {"configuration", "secrets"}
         assert set(inspect.signature(action).parameters) == wanted, name

@@ -16,7 +16,7 @@ from inferchaos.reports.verdict_schema import Status
 from inferchaos.steady_state.baseline_gate import SickBaseline
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.timeline import Row, Timeline
-from tests.fakes.runner import FakeEnv, RunResult, World, make_spec, run_fake_experiment
+from tests.fakes.scripted_world import FakeEnv, RunResult, World, make_spec, run_fake_experiment
 
 # No baseline SLO on latency: the platform serves, it is just slow, which only the gate judges.
 SLOS: list[dict[str, Any]] = [

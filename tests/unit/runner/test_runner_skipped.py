@@ -23,7 +23,7 @@ from inferchaos.primitives.memory_budget import CGROUP_ROOT_ENV
 from inferchaos.reports.verdict_schema import Status, Verdict
 from inferchaos.run.controls import load_control
 from inferchaos.run.spec import ExperimentSpec, load_and_validate
-from tests.fakes.runner import FakeLocalEnvironment, FakeProbeFactory, World, make_spec
+from tests.fakes.scripted_world import FakeLocalEnvironment, FakeProbeFactory, World, make_spec
 
 REPO = Path(__file__).resolve().parents[3]
 SQUAT = REPO / "experiments" / "gpu_memory_squat.yaml"

@@ -8,7 +8,7 @@ import pytest
 
 import inferchaos.run.runner as runner_module
 from inferchaos.reports.verdict_schema import Status
-from tests.fakes.runner import FaultScript, World, make_spec, run_fake_experiment
+from tests.fakes.scripted_world import FaultScript, World, make_spec, run_fake_experiment
 
 
 def test_without_a_breach_triage_looks_over_the_whole_fault_window(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from inferchaos.faults import ctk_adapter
+from inferchaos.ctk import fault_adapter
 from inferchaos.faults.base import JsonObject
 from inferchaos.faults.k8s.configuration import Configuration, Secrets, env_from_configuration
 from inferchaos.primitives.kube.api import api_errors
@@ -41,4 +41,4 @@ def fault_effect(fault: str, configuration: Configuration = None, secrets: Secre
         # Before 0.2 this probe took the bare verb and added the layer itself.
         logger.warning("fault name %r is deprecated: use %r", fault, f"k8s.{fault}")
         fault = f"k8s.{fault}"
-    return ctk_adapter.fault_effect(fault, configuration, secrets)
+    return fault_adapter.fault_effect(fault, configuration, secrets)

@@ -15,7 +15,7 @@ tolerance on); a fault that is not registered, or whose plan the environment ref
 skipped with one line on stderr. Progress goes to stderr, the table to stdout; every run
 folder stays under --out for a second look (`inferchaos report`).
 
-Run: .venv/bin/python bench/detection.py [--runs N] [--fault NAME ...] [--out DIR]
+Run: .venv/bin/python bench/detection_ladder.py [--runs N] [--fault NAME ...] [--out DIR]
 It attaches to the running local environment (`inferchaos env up` first) and, like a game
 day, waits between runs until every replica serves again.
 """
@@ -59,11 +59,11 @@ def experiment(
 ) -> dict[str, Any]:
     """A Chaos Toolkit experiment (with inferchaos' keys) that injects ``fault`` for ``during_s``."""
     layer, verb = fault.split(".", 1)
-    module = f"inferchaos.faults.{layer}.actions"
+    module = f"inferchaos.ctk.{layer}_actions"
     return {
         "version": "1.0.0",
         "title": f"bench: who notices {fault}, and when",
-        "description": "Built by bench/detection.py; front-door SLOs only, so that every fault is judged alike.",
+        "description": "Built by bench/detection_ladder.py; front-door SLOs only, so that every fault is judged alike.",
         "tags": ["inferchaos", "bench"],
         "configuration": {},
         "environment": {"name": "local"},

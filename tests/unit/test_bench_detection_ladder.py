@@ -1,10 +1,10 @@
-"""bench/detection.py without an environment: the experiments it builds validate, and its table."""
+"""bench/detection_ladder.py without an environment: the experiments it builds validate, and its table."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.detection import FAULTS, SignalSummary, experiment_spec, format_table, summarize
+from bench.detection_ladder import FAULTS, SignalSummary, experiment_spec, format_table, summarize
 from inferchaos.errors import ConfigError
 from inferchaos.faults.registry import get_fault
 from inferchaos.steady_state.detection import SignalDetection

@@ -1,6 +1,6 @@
 """Every registered fault as a Chaos Toolkit action and its rollback: the one adapter.
 
-For the fault ``<layer>.<verb>``, the provider module ``inferchaos.faults.<layer>.actions``
+For the fault ``<layer>.<verb>``, the provider module ``inferchaos.ctk.<layer>_actions``
 holds ``<verb>`` and ``rollback_<verb>``, generated here from the registry. Their signatures
 are the fault's parameter dataclass (plus ``configuration`` and ``secrets``), so chaoslib's own
 check of a python activity, and every parameter, work from YAML.
