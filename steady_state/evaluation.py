@@ -174,7 +174,7 @@ class RecoveryResult:
     blocked_by: tuple[str, ...] = ()
 
     # No later sample can confirm a recovery: the window has closed, and every hold that began
-    # in it already broke.
+    # in it already broke (or could not begin: a steady SLO had no sample in it).
     hopeless: bool = False
 
     @property
@@ -727,6 +727,9 @@ def recover(
             failing_at_end,
             within,
             blocked_by=tuple(unsampled),
+            # Rows come in time order: once the others reach past the window, a first sample of
+            # these can only come later still, too late for any hold to start within it.
+            hopeless=reach is not None and reach - recovery.start >= within,
         )
     last_seen = max(ev[-1].t for ev in evolutions.values())
     candidates = sorted({j.t for ev in evolutions.values() for j in ev if j.t - recovery.start <= within})

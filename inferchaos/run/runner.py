@@ -671,9 +671,14 @@ class Runner:
                     extra={NO_DETECTOR_FIRING: detector_evolution(timeline)[0]},
                     judged_again=judged_again(judged),
                 )
-                # Stop as soon as recovery is confirmed, or has missed a step's own deadline: a game
-                # day should not idle, nor a negative control wait out a window it has already failed.
-                if result is not None and result.settled and self._recovery_slos_sampled(timeline):
+                # Stop as soon as recovery is confirmed, or has failed for good: a game day should
+                # not idle, nor a negative control wait out a window it has already failed (nor wait
+                # for samples of a replica the router no longer sends requests to).
+                if (
+                    result is not None
+                    and result.settled
+                    and (not result.recovered or self._recovery_slos_sampled(timeline))
+                ):
                     return
 
     def _recovery_slos_sampled(self, timeline: Timeline) -> bool:

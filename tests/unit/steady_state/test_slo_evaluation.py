@@ -288,6 +288,23 @@ def test_a_step_never_sampled_after_the_revert_misses_its_deadline(synth: Synth)
     assert result is not None and result.missed == ("ttft",) and result.settled
 
 
+def test_a_steady_slo_with_no_sample_once_the_window_has_passed_settles_recovery(synth: Synth) -> None:
+    """No request reaches the replica any more (the router gave up on it): its SLO has nothing to
+    be steady on. Once the other readings pass the window, no hold can start in it."""
+    silent = synth.timeline(
+        synth.rows("canary.ttft_s", [0.1] * 20), synth.rows("canary.success", [1.0] * 41), **MARKS
+    )
+    result = recover(silent, recovery_spec(within_s=15))
+    assert result is not None and not result.recovered and result.settled
+    assert result.blocked_by == ("ttft",)
+    # Inside the window a first sample may still come and start a hold.
+    early = synth.timeline(
+        synth.rows("canary.ttft_s", [0.1] * 20), synth.rows("canary.success", [1.0] * 30), **MARKS
+    )
+    result = recover(early, recovery_spec(within_s=15))
+    assert result is not None and not result.recovered and not result.settled
+
+
 def cold_start_rows(synth: Synth, seconds: float, start: float, count: int) -> list[Row]:
     return synth.rows("vllm.cold_start_s", [seconds] * count, start=start, labels={"replica": "replica-0"})
 
