@@ -51,11 +51,11 @@ gameday: $(STAMP) packages
 	$(BIN)/inferchaos gameday $(GAMEDAY_ARGS)
 
 test: $(STAMP) packages
-	$(BIN)/python -m pytest tests/unit -q -n 4 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -q -n 6 --dist loadfile $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/integration -q --durations=30 $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q -n 4 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -q -n 6 --dist loadfile $(PYTEST_ARGS)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration -q --durations=30 $(PYTEST_ARGS)

@@ -6,8 +6,8 @@ pip configuration, its local wheel folders and cache, so nothing is downloaded t
 command then runs with an empty folder as its current directory and a clean environment
 (no PYTHONPATH): what it finds, it finds in the installed package.
 
-No local environment is started: the base install cannot run one, and what is checked here is
-that packaged files are found. A packaged name is resolved and validated when the run stops at
+No local environment is started (a unit test: it needs no service): the base install cannot
+run one, and what is checked here is that packaged files are found. A packaged name is resolved and validated when the run stops at
 the missing environment rather than at the file.
 """
 
@@ -27,8 +27,6 @@ import pytest
 from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
 from tests.skips import host_lacks
 from tests.wheel_build import REPO, build_wheel
-
-pytestmark = pytest.mark.integration
 
 INSTALL_TIMEOUT_S = 600
 COMMAND_TIMEOUT_S = 120
