@@ -29,7 +29,8 @@ def free_gpus(env: LocalEnvironment) -> float:
 
 
 def wait_until_whole(env: LocalEnvironment, timeout_s: float = 240.0) -> None:
-    """Every replica healthy and every logical GPU not held by a replica free again.
+    """Every replica healthy, serving through the front door, and every logical GPU not held by
+    a replica free again.
 
     A control reverts its break only after its run is judged (a replacement node, a replica
     that Serve restarts): the next run must start on the whole environment, as a game day's does.
@@ -41,12 +42,41 @@ def wait_until_whole(env: LocalEnvironment, timeout_s: float = 240.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if healthy_replica_names(env) >= expected and free_gpus(env) >= spare:
-            return
-        time.sleep(1.0)
-    raise AssertionError(
-        f"the environment did not become whole within {timeout_s:g} s: healthy "
-        f"{sorted(healthy_replica_names(env))}, free GPUs {free_gpus(env):g} (want {spare})"
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(
+            f"the environment did not become whole within {timeout_s:g} s: healthy "
+            f"{sorted(healthy_replica_names(env))}, free GPUs {free_gpus(env):g} (want {spare})"
+        )
+    # A replica Serve just started answers /health before the front door's router sends it
+    # anything: a run started then would see one replica take its whole baseline.
+    served = replicas_served_through_the_front_door(env, expected, deadline)
+    assert served >= expected, (
+        f"the front door sent nothing to {sorted(expected - served)} within {timeout_s:g} s"
     )
+
+
+def replicas_served_through_the_front_door(
+    env: LocalEnvironment, expected: set[str], deadline: float
+) -> set[str]:
+    """Send tiny completions through the front door until each of ``expected`` answered one
+    (the replica header names it) or ``deadline`` passes; the replicas that answered."""
+    import time
+
+    from inferchaos.primitives.openai_stream import stream_completion
+
+    status = env.status()
+    served: set[str] = set()
+    while not served >= expected and time.monotonic() < deadline:
+        result = stream_completion(
+            status.front_door.url, status.model.name, "whole", max_tokens=2, timeout_s=10
+        )
+        if result.ok and result.replica:
+            served.add(result.replica)
+        else:
+            time.sleep(0.2)
+    return served
 
 
 def stopped_processes(env: LocalEnvironment) -> list[int]:
