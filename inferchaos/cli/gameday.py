@@ -36,6 +36,7 @@ from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.errors import ConfigError, InferchaosError, Unsupported
 from inferchaos.faults.base import FaultPlan
 from inferchaos.layers import K8S_ENVS
+from inferchaos.primitives.openai_stream import replicas_served
 from inferchaos.reports.verdict_schema import EXIT_INTERRUPTED, EXIT_STRICT_SKIP, Status, Verdict
 from inferchaos.run.controls import ControlSpec, controls_of, load_control
 from inferchaos.run.env_config import AllowList, ensure_plan_is_allowed, load_env_config
@@ -156,7 +157,17 @@ def wait_until_whole(
         status = environment.status()
         missing = [r.name for r in status.vllm.replicas if not r.healthy]
         if status.up and status.front_door.healthy and not missing:
-            return
+            if not isinstance(environment, LocalEnvironment):
+                return
+            # A replica Serve has just replaced answers /health before the front door routes to
+            # it: a run started then would see the other replica take its whole baseline.
+            expected = {r.name for r in status.vllm.replicas}
+            served = replicas_served(
+                status.front_door.url, status.model.name, expected, min(deadline, time.monotonic() + 10.0)
+            )
+            missing = sorted(expected - served)
+            if not missing:
+                return
         if time.monotonic() >= deadline:
             logger.warning("the environment is still not whole after %.0f s: %s", timeout_s, missing)
             return

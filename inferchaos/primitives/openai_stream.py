@@ -192,3 +192,21 @@ def stream_completion(
             )
 
     return asyncio.run(run())
+
+
+def replicas_served(base_url: str, model: str, expected: set[str], deadline: float) -> set[str]:
+    """Send tiny completions through the front door at ``base_url`` until each of ``expected``
+    answered one (the front door's replica header names it) or the monotonic ``deadline``
+    passes; the replicas that answered.
+
+    A replica that Serve has just started answers /health before the front door's router sends
+    it anything: only a request it answered shows it is back in rotation.
+    """
+    served: set[str] = set()
+    while not served >= expected and time.monotonic() < deadline:
+        result = stream_completion(base_url, model, "whole", max_tokens=2, timeout_s=10)
+        if result.ok and result.replica:
+            served.add(result.replica)
+        else:
+            time.sleep(0.2)
+    return served

@@ -33,6 +33,8 @@ class FakeBehaviour:
     fail_every: int = 0  # every n-th completion answers 500; 0 never
     break_every: int = 0  # every n-th completion drops the connection after its first chunk
     error_every: int = 0  # every n-th completion sends vLLM's in-stream error event after its first chunk
+    # The replica a front door names (x-inferchaos-replica) on each completion, in turn; none if empty.
+    replicas: list[str] = field(default_factory=list)
     completions: int = 0
     models_seen: list[str] = field(default_factory=list)
     prompt_chars: list[int] = field(default_factory=list)
@@ -65,7 +67,10 @@ def build_app(behaviour: FakeBehaviour) -> web.Application:
             return web.json_response(
                 {"id": "cmpl-1", "choices": [{"index": 0, "text": " t0"}], "usage": usage}
             )
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        headers = {"Content-Type": "text/event-stream"}
+        if behaviour.replicas:
+            headers["x-inferchaos-replica"] = behaviour.replicas[(behaviour.completions - 1) % len(behaviour.replicas)]
+        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         broken = behaviour.break_every and behaviour.completions % behaviour.break_every == 0
         errored = behaviour.error_every and behaviour.completions % behaviour.error_every == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.primitives.openai_stream import replicas_served
 from tests.skips import host_lacks, require
 
 
@@ -51,32 +52,11 @@ def wait_until_whole(env: LocalEnvironment, timeout_s: float = 240.0) -> None:
         )
     # A replica Serve just started answers /health before the front door's router sends it
     # anything: a run started then would see one replica take its whole baseline.
-    served = replicas_served_through_the_front_door(env, expected, deadline)
+    status = env.status()
+    served = replicas_served(status.front_door.url, status.model.name, expected, deadline)
     assert served >= expected, (
         f"the front door sent nothing to {sorted(expected - served)} within {timeout_s:g} s"
     )
-
-
-def replicas_served_through_the_front_door(
-    env: LocalEnvironment, expected: set[str], deadline: float
-) -> set[str]:
-    """Send tiny completions through the front door until each of ``expected`` answered one
-    (the replica header names it) or ``deadline`` passes; the replicas that answered."""
-    import time
-
-    from inferchaos.primitives.openai_stream import stream_completion
-
-    status = env.status()
-    served: set[str] = set()
-    while not served >= expected and time.monotonic() < deadline:
-        result = stream_completion(
-            status.front_door.url, status.model.name, "whole", max_tokens=2, timeout_s=10
-        )
-        if result.ok and result.replica:
-            served.add(result.replica)
-        else:
-            time.sleep(0.2)
-    return served
 
 
 def stopped_processes(env: LocalEnvironment) -> list[int]:

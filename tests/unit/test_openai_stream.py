@@ -1,12 +1,15 @@
-"""The one parser of OpenAI SSE lines, shared by the canary and the Locust users."""
+"""The one parser of OpenAI SSE lines, shared by the canary and the Locust users, and the check
+that every replica answers through the front door."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from inferchaos.primitives.openai_stream import StreamEvent, parse_sse_line
+from inferchaos.primitives.openai_stream import StreamEvent, parse_sse_line, replicas_served
+from tests.fakes.openai_server import FAKE_MODEL, FakeBehaviour, FakeOpenAIServer
 
 
 def _data(payload: object) -> str:
@@ -41,3 +44,26 @@ def test_an_error_inside_a_started_stream_is_an_error_event() -> None:
 def test_a_payload_that_is_not_an_object_is_a_value_error(line: str) -> None:
     with pytest.raises(ValueError):
         parse_sse_line(line)
+
+
+def test_the_front_door_check_waits_until_every_replica_answered_through_it() -> None:
+    # The front door routes the first three requests to replica-1 only, as it does while a
+    # replica Serve has just started is not in its routing table yet.
+    behaviour = FakeBehaviour(chunks=1, first_delay_s=0.0, replicas=["replica-1"] * 3 + ["replica-0"])
+    server = FakeOpenAIServer(behaviour).start()
+    try:
+        served = replicas_served(server.url, FAKE_MODEL, {"replica-0", "replica-1"}, time.monotonic() + 30)
+    finally:
+        server.stop()
+    assert served == {"replica-0", "replica-1"}
+    assert behaviour.completions == 4
+
+
+def test_the_front_door_check_names_only_the_replicas_that_answered_by_the_deadline() -> None:
+    behaviour = FakeBehaviour(chunks=1, first_delay_s=0.0, replicas=["replica-1"])
+    server = FakeOpenAIServer(behaviour).start()
+    try:
+        served = replicas_served(server.url, FAKE_MODEL, {"replica-0", "replica-1"}, time.monotonic() + 1)
+    finally:
+        server.stop()
+    assert served == {"replica-1"}
