@@ -130,6 +130,9 @@ def stop_process_group(pid: int, grace_s: float = 5.0) -> None:
         tree = []
     try:
         os.killpg(pid, signal.SIGTERM)
+        # A stopped (hung) process acts on SIGTERM only once continued: without this, replacing a
+        # frozen replica waits out the whole grace before the SIGKILL, with its slot still held.
+        os.killpg(pid, signal.SIGCONT)
     except ProcessLookupError:
         return
     _, alive = psutil.wait_procs(tree, timeout=grace_s)
