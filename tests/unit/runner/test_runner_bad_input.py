@@ -9,12 +9,8 @@ environment can refuse (tests/integration/test_bad_target.py runs it against a r
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +20,7 @@ import yaml
 
 from inferchaos.errors import ConfigError
 from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
+from tests.cli_forks import CliJob, run_cli_jobs
 
 REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "tests" / "fixtures" / "bad_experiments"
@@ -134,29 +131,40 @@ class CliResult:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
-def _inferchaos(args: list[str], workdir: Path) -> CliResult:
-    home, out = workdir / "home", workdir / "runs"
-    workdir.mkdir(parents=True)
-    env = {**os.environ, "INFERCHAOS_HOME": str(home), "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "-m", "inferchaos.cli.main", *args, "--out", str(out)],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return CliResult(done.returncode, done.stdout, done.stderr, home, out)
+def _inferchaos_each(cases: dict[str, list[str]], base: Path) -> dict[str, CliResult]:
+    """`inferchaos ARGS --out` per case, each in its own process, home and output folder."""
+    jobs: list[CliJob] = []
+    for name, args in cases.items():
+        workdir = base / name
+        workdir.mkdir(parents=True)
+        jobs.append(
+            CliJob(
+                [*args, "--out", str(workdir / "runs")],
+                str(workdir),
+                str(workdir / "home"),
+                str(workdir / "stdout"),
+                str(workdir / "stderr"),
+            )
+        )
+    codes = run_cli_jobs(jobs)
+    return {
+        name: CliResult(
+            code,
+            Path(job.stdout).read_text(),
+            Path(job.stderr).read_text(),
+            Path(job.home),
+            base / name / "runs",
+        )
+        for (name, job, code) in zip(cases, jobs, codes, strict=True)
+    }
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, CliResult]]:
-    """`inferchaos run` on every case, each in its own process, home and output folder, a few at a time."""
-    base = tmp_path_factory.mktemp("bad-input")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CliResult]:
+    """`inferchaos run` on every case, each in its own process, home and output folder."""
     names = [*sorted(EXPECTED), UNKNOWN_TARGET]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        results = pool.map(lambda name: _inferchaos(["run", str(CORPUS / name)], base / name), names)
-        yield dict(zip(names, results, strict=True))
+    base = tmp_path_factory.mktemp("bad-input")
+    return _inferchaos_each({name: ["run", str(CORPUS / name)] for name in names}, base)
 
 
 def _assert_refused_in_one_line(result: CliResult) -> str:
@@ -233,7 +241,7 @@ def test_gameday_on_a_folder_with_one_bad_file_exits_2_before_anything_runs(tmp_
     # A good experiment first: the bad one after it must still stop the day before anything starts.
     shutil.copy(REPO / "experiments" / "kv_flood.yaml", suite / "a_kv_flood.yaml")
     shutil.copy(CORPUS / "pauses_after_nan.yaml", suite / "b_pauses_after_nan.yaml")
-    result = _inferchaos(["gameday", "--suite", str(suite)], tmp_path / "gameday")
+    result = _inferchaos_each({"gameday": ["gameday", "--suite", str(suite)]}, tmp_path)["gameday"]
     line = _assert_refused_in_one_line(result)
     assert (
         f"{suite / 'b_pauses_after_nan.yaml'}: method[0].pauses.after: must be a finite number, got nan"
