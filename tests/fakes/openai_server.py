@@ -69,7 +69,9 @@ def build_app(behaviour: FakeBehaviour) -> web.Application:
             )
         headers = {"Content-Type": "text/event-stream"}
         if behaviour.replicas:
-            headers["x-inferchaos-replica"] = behaviour.replicas[(behaviour.completions - 1) % len(behaviour.replicas)]
+            headers["x-inferchaos-replica"] = behaviour.replicas[
+                (behaviour.completions - 1) % len(behaviour.replicas)
+            ]
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         broken = behaviour.break_every and behaviour.completions % behaviour.break_every == 0
