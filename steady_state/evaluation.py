@@ -863,13 +863,20 @@ def _missed(
     hold_s: float,
     window_s: float | None,
 ) -> bool:
-    """Whether the samples (of every steady SLO) already ``reach`` past ``first_within + hold_s``
-    after the revert without this one having held for ``hold_s`` from a moment within
-    ``first_within`` (settled: no later sample can change it)."""
-    if reach is None or reach < revert + first_within + hold_s:
+    """Whether this one can no longer hold for ``hold_s`` from a moment within ``first_within``
+    of the revert (settled: no later sample can change it).
+
+    Once the samples (of every steady SLO) ``reach`` past the deadline, no new moment within it
+    can come (rows come in time order): missed when every hold begun within it has already
+    broken, or never began (not ok at any moment there). A hold still intact at ``reach`` keeps
+    it open until the samples reach its end.
+    """
+    if reach is None or reach < revert + first_within:
         return False
     return not any(
-        _steady(evolution, j.t, j.t + hold_s, window_s) for j in evolution if j.t - revert <= first_within
+        _steady(evolution, j.t, min(j.t + hold_s, reach), window_s)
+        for j in evolution
+        if j.t - revert <= first_within
     )
 
 

@@ -271,13 +271,36 @@ def test_a_step_late_for_its_own_deadline_fails_recovery_once_the_deadline_has_p
     assert result is not None and not result.recovered and result.settled
     assert result.missed == ("ttft",)
     assert result.reason == "ttft did not hold for 5 s from within 3 s of the revert (its own deadline)"
-    # Settled only once the samples reach past the deadline and its hold (20 + 3 + 5): a runner
-    # or a chaos run may stop waiting then, not before, and not for a deadline that was met.
-    early = recover(up_to(run, synth, 27), first_within_spec(3))
+    # TTFT failed at every moment within its deadline (20 + 3): settled as soon as the samples
+    # reach the deadline, not a hold later; a runner or a chaos run may stop waiting then, not
+    # before, and not for a deadline that was met.
+    early = recover(up_to(run, synth, 22), first_within_spec(3))
     assert early is not None and not early.settled
-    assert recover(up_to(run, synth, 28), first_within_spec(3)) == result
+    at_deadline = recover(up_to(run, synth, 23), first_within_spec(3))
+    assert at_deadline is not None and at_deadline.settled
+    assert (at_deadline.missed, at_deadline.reason) == (result.missed, result.reason)
     met = recover(run, first_within_spec(6))
     assert met is not None and met.recovered and met.missed == () and met.time_to_recover_s == 5.0
+
+
+def test_a_hold_begun_within_the_deadline_keeps_it_open_until_it_ends_or_breaks(synth: Synth) -> None:
+    # TTFT is back at +2 s (t 22), within its 3 s deadline: whether it held 5 s from there is
+    # known only at t 27, or as soon as it breaks.
+    ttft = [2.0 if 12 <= t <= 21 else 0.1 for t in range(41)]
+    held = synth.timeline(
+        synth.rows("canary.ttft_s", ttft), synth.rows("canary.success", [1.0] * 41), **MARKS
+    )
+    for last in (23, 26):
+        open_ = recover(up_to(held, synth, last), first_within_spec(3))
+        assert open_ is not None and not open_.settled and open_.missed == ()
+    done = recover(held, first_within_spec(3))
+    assert done is not None and done.recovered and done.missed == ()
+    broke = [2.0 if 12 <= t <= 21 or t == 25 else 0.1 for t in range(41)]
+    broken = synth.timeline(
+        synth.rows("canary.ttft_s", broke), synth.rows("canary.success", [1.0] * 41), **MARKS
+    )
+    settled = recover(up_to(broken, synth, 25), first_within_spec(3))
+    assert settled is not None and settled.settled and settled.missed == ("ttft",)
 
 
 def test_a_step_never_sampled_after_the_revert_misses_its_deadline(synth: Synth) -> None:
