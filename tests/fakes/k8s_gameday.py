@@ -20,7 +20,7 @@ from inferchaos.run.suites import SUITES
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
-from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config
+from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, faked_layers_config
 from tests.fakes.scripted_world import FakeProbeFactory, World
 
 K8S_SUITE = SUITES["k8s"]
@@ -32,6 +32,22 @@ def gameday_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
     with pytest.raises(SystemExit) as done:
         main()
     return int(done.value.code or 0)
+
+
+def cluster_gameday(config: Path, suite: Path, out: Path, *extra: str) -> list[str]:
+    """The arguments of `inferchaos gameday` on the cluster of ``config``, ``suite`` into ``out``."""
+    return [
+        "gameday",
+        "--env",
+        "cluster",
+        "--config",
+        str(config),
+        "--suite",
+        str(suite),
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -61,15 +77,7 @@ def fake_world(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 def config(fake_server: FakeApiServer, world_cluster: tuple[FakeCluster, Any], tmp_path: Path) -> Path:
     """The cluster config of the fake cluster (its allow-list: the kind namespace and GPU pool)."""
     _, runtime = world_cluster
-    path, _ = k8s_env_config(
-        tmp_path,
-        "cluster",
-        fake_server.url,
-        "127.0.0.1:6379",
-        "http://127.0.0.1:1",
-        "http://127.0.0.1:1",
-        runtime,
-    )
+    path, _ = faked_layers_config(tmp_path, "cluster", fake_server.url, runtime)
     return path
 
 

@@ -222,6 +222,16 @@ def k8s_env_config(
     return path, load_k8s_env_config(path, env)
 
 
+def faked_layers_config(
+    folder: Path, env: str, api_url: str, runtime: FakeRuntime
+) -> tuple[Path, K8sEnvConfig]:
+    """:func:`k8s_env_config` for tests whose Ray and vLLM answer from the runner's fakes: their
+    addresses point where nothing listens."""
+    return k8s_env_config(
+        folder, env, api_url, "127.0.0.1:6379", "http://127.0.0.1:1", "http://127.0.0.1:1", runtime
+    )
+
+
 def k8s_state(cluster: FakeCluster) -> dict[str, Any]:
     """What a revert must restore: node specs and readiness, the Deployment's spec, the Pods' placement.
 

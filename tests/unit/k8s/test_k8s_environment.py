@@ -18,7 +18,7 @@ from tests.fakes.k8s_objects import GPU_POOL, NS, WORKERS
 from tests.fakes.k8s_scenario import (
     CONTEXT,
     TOKEN_SECRET,
-    k8s_env_config,
+    faked_layers_config,
     make_runtime,
     seed_kind_environment,
     token_secret,
@@ -47,15 +47,7 @@ def seeded(fake_server: FakeApiServer, closed_ports: list[int]) -> FakeCluster:
 
 @pytest.fixture
 def config_path(fake_server: FakeApiServer, seeded: FakeCluster, tmp_path: Path) -> Path:
-    path, _ = k8s_env_config(
-        tmp_path,
-        "cluster",
-        fake_server.url,
-        "127.0.0.1:6379",
-        "http://127.0.0.1:1",
-        "http://127.0.0.1:1",
-        make_runtime(tmp_path),
-    )
+    path, _ = faked_layers_config(tmp_path, "cluster", fake_server.url, make_runtime(tmp_path))
     return path
 
 

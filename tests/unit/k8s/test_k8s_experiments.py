@@ -21,7 +21,7 @@ from inferchaos.run.spec import load_and_validate
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
-from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
+from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, faked_layers_config, k8s_state
 from tests.fakes.scripted_world import FakeProbeFactory, World
 
 
@@ -42,15 +42,7 @@ def test_experiment_passes_names_k8s_and_restores_the_cluster(
 ) -> None:
     cluster, runtime = world_cluster
     before = k8s_state(cluster)
-    _, config = k8s_env_config(
-        tmp_path,
-        "cluster",
-        fake_server.url,
-        "127.0.0.1:6379",
-        "http://127.0.0.1:1",
-        "http://127.0.0.1:1",
-        runtime,
-    )
+    _, config = faked_layers_config(tmp_path, "cluster", fake_server.url, runtime)
     env = ClusterWithFakeRay(config)
     spec = load_and_validate(EXPERIMENTS / f"{name}.yaml")
     spec = replace(spec, baseline_s=1.5, fault=replace(spec.fault, duration_s=4.0))

@@ -16,9 +16,9 @@ import pytest
 
 from inferchaos.faults.ledger import Ledger
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
-from tests.fakes.k8s_gameday import K8S_SUITE, cluster_copies, gameday_cli
+from tests.fakes.k8s_gameday import K8S_SUITE, cluster_copies, cluster_gameday, gameday_cli
 from tests.fakes.k8s_objects import CONTROL_PLANE
-from tests.fakes.k8s_scenario import k8s_env_config, k8s_state
+from tests.fakes.k8s_scenario import faked_layers_config, k8s_state
 
 
 def _impossible_slo(data: dict[str, Any]) -> None:
@@ -101,15 +101,7 @@ def test_kind_suite_on_kind_is_the_default_and_matches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, runtime = world_cluster
-    path, _ = k8s_env_config(
-        tmp_path,
-        "kind",
-        fake_server.url,
-        "127.0.0.1:6379",
-        "http://127.0.0.1:1",
-        "http://127.0.0.1:1",
-        runtime,
-    )
+    path, _ = faked_layers_config(tmp_path, "kind", fake_server.url, runtime)
     assert gameday_cli(["gameday", "--env", "kind", "--config", str(path), "--dry-run"], monkeypatch) == 0
     out = capsys.readouterr().out
     assert [line.split(" — ")[0] for line in out.splitlines() if line.startswith("experiment: ")] == [
@@ -129,18 +121,7 @@ def test_dry_run_prints_every_plan_and_touches_nothing(
     before = k8s_state(quiet_cluster)
     suite = cluster_copies(tmp_path / "suite")
     out = tmp_path / "reports"
-    argv = [
-        "gameday",
-        "--env",
-        "cluster",
-        "--config",
-        str(config),
-        "--suite",
-        str(suite),
-        "--out",
-        str(out),
-        "--dry-run",
-    ]
+    argv = cluster_gameday(config, suite, out, "--dry-run")
     assert gameday_cli(argv, monkeypatch) == 0
     printed = capsys.readouterr().out
     for name in K8S_SUITE:
@@ -171,23 +152,7 @@ def test_a_suite_refused_at_its_last_experiment_injects_nothing(
 ) -> None:
     suite = cluster_copies(tmp_path / "suite", {"k8s_node_loss": _control_plane_node})
     out = tmp_path / "reports"
-    assert (
-        gameday_cli(
-            [
-                "gameday",
-                "--env",
-                "cluster",
-                "--config",
-                str(config),
-                "--suite",
-                str(suite),
-                "--out",
-                str(out),
-            ],
-            monkeypatch,
-        )
-        == 2
-    )
+    assert gameday_cli(cluster_gameday(config, suite, out), monkeypatch) == 2
     err = capsys.readouterr().err
     assert CONTROL_PLANE in err and len(err.strip().splitlines()) == 1, err
     assert quiet_cluster.mutating_requests() == []
@@ -208,19 +173,7 @@ def test_gameday_runs_the_suite_writes_the_index_and_exits_with_the_worst(
     # The squat breaches an SLO no cluster can meet: the day fails (1), the others pass.
     suite = cluster_copies(tmp_path / "suite", {"gpu_ledger_squat": _impossible_slo})
     out = tmp_path / "reports"
-    argv = [
-        "gameday",
-        "--env",
-        "cluster",
-        "--config",
-        str(config),
-        "--suite",
-        str(suite),
-        "--out",
-        str(out),
-        "--interval",
-        "0.25",
-    ]
+    argv = cluster_gameday(config, suite, out, "--interval", "0.25")
     assert gameday_cli(argv, monkeypatch) == 1
 
     verdicts = {

@@ -16,7 +16,7 @@ import yaml
 
 from inferchaos.faults.ledger import Ledger
 from tests.fakes.apiserver import FakeCluster
-from tests.fakes.k8s_gameday import K8S_SUITE, cluster_copies, gameday_cli
+from tests.fakes.k8s_gameday import K8S_SUITE, cluster_copies, cluster_gameday, gameday_cli
 from tests.fakes.k8s_scenario import EXPERIMENTS, k8s_state
 
 
@@ -44,20 +44,7 @@ def test_gameday_controls_pass_the_day_only_when_every_control_fails_for_its_rea
         shipped["control"]["of"] = f"../{name}.yaml"
         (suite / "controls" / f"{name}.yaml").write_text(yaml.safe_dump(shipped))
     out = tmp_path / "reports"
-    argv = [
-        "gameday",
-        "--env",
-        "cluster",
-        "--config",
-        str(config),
-        "--suite",
-        str(suite),
-        "--out",
-        str(out),
-        "--interval",
-        "0.25",
-        "--controls",
-    ]
+    argv = cluster_gameday(config, suite, out, "--interval", "0.25", "--controls")
     code = gameday_cli(argv, monkeypatch)
     printed = capsys.readouterr().out
     verdicts = {
@@ -93,18 +80,7 @@ def test_gameday_controls_refuse_a_scenario_without_a_control_before_anything_ru
 ) -> None:
     suite = cluster_copies(tmp_path / "suite")
     out = tmp_path / "reports"
-    argv = [
-        "gameday",
-        "--env",
-        "cluster",
-        "--config",
-        str(config),
-        "--suite",
-        str(suite),
-        "--out",
-        str(out),
-        "--controls",
-    ]
+    argv = cluster_gameday(config, suite, out, "--controls")
     assert gameday_cli(argv, monkeypatch) == 2
     err = capsys.readouterr().err
     assert "ships no negative control" in err and len(err.strip().splitlines()) == 1, err

@@ -22,7 +22,7 @@ from inferchaos.run.runner import Runner, RunOptions
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
-from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, k8s_env_config, k8s_state
+from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, faked_layers_config, k8s_state
 from tests.fakes.scripted_world import FakeProbeFactory, World
 
 # A node lost for good is seen by the scenario's own node and Pending SLOs where it declares
@@ -55,15 +55,7 @@ NODE_LOST_IN_EACH_PHASE = [
 
 def _run(control: ControlSpec, fake_server: FakeApiServer, runtime: Any, tmp_path: Path) -> dict[str, Any]:
     """``control`` through the runner against the fake cluster, on windows short enough for it."""
-    _, config = k8s_env_config(
-        tmp_path,
-        "cluster",
-        fake_server.url,
-        "127.0.0.1:6379",
-        "http://127.0.0.1:1",
-        "http://127.0.0.1:1",
-        runtime,
-    )
+    _, config = faked_layers_config(tmp_path, "cluster", fake_server.url, runtime)
     env = ClusterWithFakeRay(config)
     spec = control.scenario
     # The fake control plane heals in seconds: short windows, as the game day test uses.
