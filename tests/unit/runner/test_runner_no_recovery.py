@@ -28,10 +28,12 @@ from inferchaos.faults.vllm.flood import NAME as FLOOD
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
 from tests.fakes.scripted_world import (
+    DEFAULT_SLOS,
     FAKE_FAULT,
     FakeEnv,
     FaultScript,
     RunResult,
+    World,
     make_spec,
     run_cleanup,
     run_fake_experiment,
@@ -182,3 +184,35 @@ def test_inferchaos_run_refuses_it_in_one_line_with_exit_2(tmp_path: Path) -> No
     assert not out.exists(), "nothing may run"
     ledger = home / "ledger"
     assert not ledger.exists() or not any(ledger.iterdir())
+
+
+def test_a_recovery_failed_for_good_ends_the_run_there_without_waiting_for_samples(
+    tmp_path: Path, private_home: Path
+) -> None:
+    """TTFT misses its own 0.5 s deadline after the revert, in a 30 s window: the run ends once
+    that is settled. A recovery SLO no probe ever samples (a replica the router stopped sending
+    to) is not waited for: three samples are asked only of a recovery that was confirmed."""
+    unsampled = {
+        "name": "running_after",
+        "probe": "vllm.num_requests_running",
+        "agg": "max",
+        "op": "<=",
+        "threshold": 4,
+        "phase": "recovery",
+    }
+    recovery = {
+        "within_s": 30,
+        "hold_s": 0.5,
+        "steady": ["ttft_after"],
+        "first_within_s": {"ttft_after": 0.5},
+    }
+    spec = make_spec(tmp_path / "missed.yaml", slos=[*DEFAULT_SLOS, unsampled], recovery=recovery)
+    world = World(during={"canary.ttft_s": 3.0}, after={"canary.ttft_s": 3.0})
+    run = run_fake_experiment(spec, tmp_path / "run", world=world)
+    verdict = run.verdict
+    assert verdict.status is Status.FAILED, verdict.reason
+    assert verdict.timing.recovered is False
+    assert "ttft_after" in verdict.timing.recovery_blocked_by, verdict.timing
+    # Settled half a second after the revert (and a tick or two): nowhere near the 30 s window.
+    reverted, end = (verdict.phases[k] for k in ("reverted", "end"))
+    assert end - reverted < 10, f"the run sat {end - reverted:.1f} s in a recovery settled at +0.5 s"
