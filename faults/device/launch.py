@@ -28,6 +28,9 @@ from inferchaos.primitives.processes import ENV_MARKER, pid_alive, spawn_process
 logger = logging.getLogger(__name__)
 
 SQUATTER_MODULE = "inferchaos.faults.device.squatter"
+# Where the squatter lived before the device faults moved to faults/device: one that an older
+# inferchaos started is still ours to find and end (`inferchaos cleanup` after an upgrade).
+FORMER_SQUATTER_MODULES = ("inferchaos.faults.gpu.squatter",)
 SQUAT_ID_VAR = "INFERCHAOS_SQUAT_ID"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The squatter must not be the kernel's preferred victim inside the budget: the replica is.
@@ -165,10 +168,14 @@ def wait_ready(pid: int, log_path: Path, timeout_s: float) -> SquatterReady:
         time.sleep(0.1)
 
 
+def _runs_squatter(cmdline: list[str]) -> bool:
+    return any(module in cmdline for module in (SQUATTER_MODULE, *FORMER_SQUATTER_MODULES))
+
+
 def is_squatter(proc: psutil.Process, squat_id: str) -> bool:
     """True if ``proc`` is the squatter of ``squat_id`` (by its command line and marker)."""
     try:
-        if SQUATTER_MODULE not in proc.cmdline():
+        if not _runs_squatter(proc.cmdline()):
             return False
         return proc.environ().get(SQUAT_ID_VAR) == squat_id
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
@@ -183,7 +190,7 @@ def find_squatters(squat_id: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if SQUATTER_MODULE in cmdline and is_squatter(proc, squat_id):
+        if _runs_squatter(cmdline) and is_squatter(proc, squat_id):
             found.append(proc)
     return found
 

@@ -13,7 +13,13 @@ import pytest
 
 from inferchaos.ctk.device_actions import rollback_squat_device_memory
 from inferchaos.faults.base import FaultHandle
-from inferchaos.faults.device.launch import SquatterSpec, find_squatters, start_squatter, wait_ready
+from inferchaos.faults.device.launch import (
+    SQUAT_ID_VAR,
+    SquatterSpec,
+    find_squatters,
+    start_squatter,
+    wait_ready,
+)
 from inferchaos.faults.device.squat import SquatDeviceMemory
 from inferchaos.faults.ledger import Ledger
 from inferchaos.layers import Layer
@@ -112,6 +118,30 @@ def test_revert_never_signals_a_recorded_pid_that_is_no_squatter(tmp_path: Path)
         assert ledger.is_empty()
     finally:
         kill_tree_now(stranger)
+
+
+def test_revert_ends_a_squatter_that_an_older_release_started(tmp_path: Path) -> None:
+    # Before the device faults moved to faults/device the squatter ran as
+    # inferchaos.faults.gpu.squatter: `inferchaos cleanup` after an upgrade must still end it.
+    squat_id = "feedc0ffee02"
+    argv = [
+        sys.executable,
+        "-c",
+        "import time; time.sleep(60)",
+        "-m",
+        "inferchaos.faults.gpu.squatter",
+    ]
+    older = spawn_process_group(argv, {**os.environ, SQUAT_ID_VAR: squat_id}, tmp_path / "older.log")
+    try:
+        ledger = Ledger(tmp_path / "ledger")
+        handle = _handle({"squatter_pid": older})
+        handle.id = squat_id
+        ledger.record(handle)
+        SquatDeviceMemory().revert(None, handle, ledger)
+        assert not pid_alive(older), "the older release's squatter must be ended"
+        assert ledger.is_empty()
+    finally:
+        kill_tree_now(older)
 
 
 def test_rollback_action_reverts_only_squat_entries(inferchaos_home: Path) -> None:
