@@ -10,12 +10,7 @@ import pytest
 
 # The shared fakes' fixtures (tests/fakes); every other fake is imported from tests.fakes.
 # tests.skips: under INFERCHAOS_STRICT_SKIPS (.ci/run) a skip fails, unless declared allowed.
-pytest_plugins = [
-    "tests.fakes.k8s_fixtures",
-    "tests.fakes.k8s_gameday",
-    "tests.fakes.gpu_fixtures",
-    "tests.skips",
-]
+pytest_plugins = ["tests.fakes.k8s_fixtures", "tests.fakes.gpu_fixtures", "tests.skips"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -2,7 +2,7 @@
 
 The Kubernetes layer is real end to end (driver, faults, k8s probe, official client, fake API
 server with its control plane); Ray, vLLM and the canary answer from the runner's fakes, as in
-test_k8s_experiments.py (fixtures: tests/fakes/k8s_gameday.py). The real local environment is
+test_k8s_experiments.py (fixtures: conftest.py; helpers: tests/fakes/k8s_gameday.py). The real local environment is
 never started. The game day of the controls is test_k8s_gameday_controls.py.
 """
 

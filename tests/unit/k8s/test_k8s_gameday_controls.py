@@ -2,7 +2,7 @@
 on the healthy cluster and fails, in the k8s layer, under its shipped control.
 
 Its own file, so that this game day of six runs and the suite's in test_k8s_gameday.py run
-on different test workers. Fixtures: tests/fakes/k8s_gameday.py.
+on different test workers. Fixtures: conftest.py; helpers: tests/fakes/k8s_gameday.py.
 """
 
 from __future__ import annotations
