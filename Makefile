@@ -50,12 +50,15 @@ packages:
 gameday: $(STAMP) packages
 	$(BIN)/inferchaos gameday $(GAMEDAY_ARGS)
 
+# Whole files per worker, the long_running ones first (tests/unit/conftest.py).
+UNIT_PYTEST := -q -n 6 --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP) packages
-	$(BIN)/python -m pytest tests/unit -q -n 6 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit $(UNIT_PYTEST) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/integration -q --durations=30 $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q -n 6 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit $(UNIT_PYTEST) $(PYTEST_ARGS)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration -q --durations=30 $(PYTEST_ARGS)

@@ -29,6 +29,8 @@ from inferchaos.faults.vllm.replica_processes import process_state, same_process
 from tests.fakes.replica_env import FakeReplicaEnv
 from tests.fakes.vllm_tree import Tree, answers, running_tree
 
+pytestmark = pytest.mark.long_running
+
 REPO = Path(__file__).resolve().parents[2]
 FLOODED = REPO / "tests" / "fixtures" / "metrics" / "vllm_flooded.txt"
 

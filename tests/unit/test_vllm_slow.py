@@ -35,6 +35,8 @@ from inferchaos.primitives.cpu_quota import CpuController, CpuGroup, CpuQuotaErr
 from tests.fakes.replica_env import FakeReplicaEnv
 from tests.fakes.vllm_tree import Tree, running_tree
 
+pytestmark = pytest.mark.long_running
+
 REPO = Path(__file__).resolve().parents[2]
 FLOODED = REPO / "tests" / "fixtures" / "metrics" / "vllm_flooded.txt"
 NOWHERE = FakeReplicaEnv.around(999_999, "http://127.0.0.1:1")

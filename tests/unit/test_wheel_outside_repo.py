@@ -28,6 +28,8 @@ from tests.fakes.openai_server import FakeBehaviour, FakeOpenAIServer
 from tests.skips import host_lacks
 from tests.wheel_build import REPO, build_wheel
 
+pytestmark = pytest.mark.long_running
+
 INSTALL_TIMEOUT_S = 600
 COMMAND_TIMEOUT_S = 120
 # pip's words for a registry it cannot reach (as opposed to a requirement nobody serves).

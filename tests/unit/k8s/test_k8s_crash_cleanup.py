@@ -26,6 +26,8 @@ from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_objects import FAULT_PARAMS, WORKERS
 from tests.fakes.k8s_scenario import k8s_env_config, k8s_state
 
+pytestmark = pytest.mark.long_running
+
 INJECT = """
 import json, sys, time
 from pathlib import Path

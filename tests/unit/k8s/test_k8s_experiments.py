@@ -24,6 +24,8 @@ from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, faked_layers_config, k8s_state
 from tests.fakes.scripted_world import FakeProbeFactory, World
 
+pytestmark = pytest.mark.long_running
+
 
 @pytest.mark.parametrize(
     ("name", "scheduler_says"),

@@ -20,6 +20,8 @@ from tests.fakes.k8s_gameday import K8S_SUITE, cluster_copies, cluster_gameday, 
 from tests.fakes.k8s_objects import CONTROL_PLANE
 from tests.fakes.k8s_scenario import faked_layers_config, k8s_state
 
+pytestmark = pytest.mark.long_running
+
 
 def _impossible_slo(data: dict[str, Any]) -> None:
     data["slos"].append(

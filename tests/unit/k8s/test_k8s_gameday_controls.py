@@ -19,6 +19,8 @@ from tests.fakes.apiserver import FakeCluster
 from tests.fakes.k8s_gameday import K8S_SUITE, cluster_copies, cluster_gameday, gameday_cli
 from tests.fakes.k8s_scenario import EXPERIMENTS, k8s_state
 
+pytestmark = pytest.mark.long_running
+
 
 def _short_recovery(data: dict[str, Any]) -> None:
     """The fake control plane heals in seconds; a held fault must not make the test wait kind's minutes."""

@@ -25,6 +25,8 @@ from tests.fakes.apiserver import FakeApiServer, FakeCluster
 from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, faked_layers_config, k8s_state
 from tests.fakes.scripted_world import FakeProbeFactory, World
 
+pytestmark = pytest.mark.long_running
+
 # A node lost for good is seen by the scenario's own node and Pending SLOs where it declares
 # them, and by the platform steady state's where it does not.
 NODE_LOST = ("platform.k8s_nodes_after", "nodes_back", "nothing_pending", "platform.pods_pending_after")

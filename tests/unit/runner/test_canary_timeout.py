@@ -18,6 +18,8 @@ from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.slo import Op
 from tests.fakes.scripted_world import DEFAULT_SLOS, make_spec, run_fake_experiment
 
+pytestmark = pytest.mark.long_running
+
 REPO = Path(__file__).resolve().parents[3]
 # Controls run these same files against a broken platform.
 EXPERIMENTS = sorted((REPO / "experiments").glob("*.yaml"))

@@ -22,6 +22,8 @@ from inferchaos.errors import ConfigError
 from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
 from tests.cli_forks import CliJob, run_cli_jobs
 
+pytestmark = pytest.mark.long_running
+
 REPO = Path(__file__).resolve().parents[3]
 CORPUS = REPO / "tests" / "fixtures" / "bad_experiments"
 MISSING = "does_not_exist.yaml"

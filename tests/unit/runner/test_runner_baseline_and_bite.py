@@ -13,6 +13,8 @@ from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.runner import RunOptions, run_experiment
 from tests.fakes.scripted_world import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
 
+pytestmark = pytest.mark.long_running
+
 
 def test_baseline_not_met_fails_without_injecting(baseline_failed_run: RunResult) -> None:
     """A platform not steady before the fault fails the run (exit 1): nothing is injected, and

@@ -27,6 +27,8 @@ from tests.fakes.scripted_world import (
     run_fake_experiment,
 )
 
+pytestmark = pytest.mark.long_running
+
 # The fault hurts the platform while it is in place: a queue in vLLM, slow first tokens.
 HURT = {"canary.ttft_s": 2.0, "vllm.num_requests_waiting": 4.0}
 

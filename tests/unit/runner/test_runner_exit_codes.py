@@ -14,6 +14,8 @@ from inferchaos.reports.verdict_schema import EXIT_INTERRUPTED, Status, Verdict
 from inferchaos.run.spec import load_and_validate
 from tests.fakes.scripted_world import FakeEnv, RunResult
 
+pytestmark = pytest.mark.long_running
+
 REPO = Path(__file__).resolve().parents[3]
 KV_FLOOD = REPO / "experiments" / "kv_flood.yaml"
 

@@ -32,6 +32,8 @@ from tests.fakes.scripted_world import (
     run_fake_experiment,
 )
 
+pytestmark = pytest.mark.long_running
+
 # The fault fails half the canary's requests while it is in place: availability fails during.
 FAILING = {"canary.success": 0.5}
 

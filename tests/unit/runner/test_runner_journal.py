@@ -22,6 +22,8 @@ from inferchaos.run.journal import EXTENSION
 from tests.fakes.chaoslib_reference import failed_hypothesis, reference_journal
 from tests.fakes.scripted_world import RunResult
 
+pytestmark = pytest.mark.long_running
+
 # Keys whose content is the experiment's own (any JSON): their shape is not chaoslib's to fix.
 OPAQUE = {"experiment", "activity", "output"}
 SCENARIOS = [

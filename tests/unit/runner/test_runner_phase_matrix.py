@@ -44,6 +44,8 @@ from tests.fakes.scripted_world import (
     run_fake_experiment,
 )
 
+pytestmark = pytest.mark.long_running
+
 BUG = "bug in the fault"
 SLOW_S = 1.0  # how long inject or revert acts, so that a signal lands while it does
 INTERRUPTED = "interrupted; the fault was rolled back"

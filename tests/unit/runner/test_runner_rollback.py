@@ -19,6 +19,8 @@ from tests.fakes.scripted_world import (
     run_fake_experiment,
 )
 
+pytestmark = pytest.mark.long_running
+
 
 def assert_reverted_once_after_inject(result: RunResult) -> None:
     """Exactly one inject, exactly one revert after it, and nothing left in the ledger."""

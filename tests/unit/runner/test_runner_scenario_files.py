@@ -17,6 +17,8 @@ from inferchaos.faults.base import TypedFault
 from inferchaos.faults.registry import fault_names, get_fault
 from inferchaos.run.spec import ensure_experiment_is_valid, load_and_validate
 
+pytestmark = pytest.mark.long_running
+
 REPO = Path(__file__).resolve().parents[3]
 CHAOS = REPO / ".venv" / "bin" / "chaos"
 SCENARIOS = sorted((REPO / "experiments").glob("*.yaml"))
