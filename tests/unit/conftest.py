@@ -1,4 +1,4 @@
-"""Unit-phase scheduling: the files that wait in real time for tens of seconds start first.
+"""Unit-phase scheduling: the files that take tens of seconds on their own start first.
 
 ``make test`` hands whole files to xdist workers in collection order
 (``--dist loadfile --no-loadscope-reorder``). Left to xdist's own order, by number of tests,
