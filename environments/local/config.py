@@ -31,7 +31,7 @@ class LocalEnvConfig:
     # Appended to every replica's vLLM command line (e.g. ("--max-num-seqs", "64")).
     vllm_extra_args: tuple[str, ...] = ()
     # Each replica's stand-in for GPU memory: a memory cgroup of this size (0 turns it off;
-    # it is used only as root with cgroup v1). A replica takes about 1.9 GB at rest.
+    # it is used only as root with cgroup v1). A replica takes about 1.35 GB at rest.
     replica_memory_mib: int = 2560
     ready_timeout_s: float = 300.0
     # What each replica answers Serve's health checks with (environments/local/progress_check.py).

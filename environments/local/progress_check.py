@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from inferchaos.primitives.cpu_quota import DEFAULT_PERIOD_US
+
 
 class HealthCheck(StrEnum):
     """Which health check a local replica answers Serve with."""
@@ -122,14 +124,16 @@ class ProgressWatch:
 
 # A replica is starved when, over its last JUDGE_BUSY_S seconds with requests in flight, its
 # cgroup was throttled in at least THROTTLED_SHARE of the CFS periods it ran in (and ran in
-# MIN_PERIODS of them: a replica that barely ran is not judged). A replica in no group with a
+# MIN_PERIODS of them: a replica that barely ran is not judged). Only as many periods as its
+# busy time spans count: an engine that wakes every period while idle runs in periods that no
+# request waited in, and those must not dilute the ones that did. A replica in no group with a
 # quota counts no period and is never starved. The throttling counters are judged because the
 # behavioural signals were not telling: the share of the CPU a replica's threads were ready to
 # use (schedstat), and its CPU per busy second, read as low for healthy replicas under a flood
 # or beside a busy peer as for a throttled one (figures in bench/RESULTS.md).
 THROTTLED_SHARE = 0.5
 MIN_PERIODS = 5
-JUDGE_BUSY_S = 2.0
+JUDGE_BUSY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ class CpuRead:
     periods: int
     throttled: int
     tokens: float
+    # The cgroup's quota period: how many periods a stretch of busy time spans.
+    period_s: float = DEFAULT_PERIOD_US / 1e6
 
 
 @dataclass
@@ -195,10 +201,10 @@ class StarvationWatch:
         periods, throttled = read.periods - first.periods, read.throttled - first.throttled
         if busy < self.judge_busy_s or read.tokens == first.tokens or periods < self.min_periods:
             return None
-        share = throttled / periods
-        if share < self.throttled_share:
+        busy_periods = busy / read.period_s
+        if throttled < self.throttled_share * min(periods, busy_periods):
             return None
         return (
             f"starved: its CPU quota throttled it in {throttled} of the {periods} periods it ran in "
-            f"over its last {busy:.1f} busy s"
+            f"over its last {busy:.1f} busy s ({busy_periods:.0f} periods' worth)"
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from inferchaos.errors import InferchaosError
@@ -198,6 +198,8 @@ class Throttling:
 
     periods: int
     throttled: int
+    # The group's quota period, which turns a stretch of wall time into a number of periods.
+    period_us: int = DEFAULT_PERIOD_US
 
 
 def parse_cpu_stat(text: str) -> Throttling | None:
@@ -222,10 +224,13 @@ def own_group_throttling(pid: int, controller: CpuController, beside: int) -> Th
     relative = process_cgroup(pid, controller)
     if relative is None or relative == process_cgroup(beside, controller):
         return None
+    path = controller.path_of(relative)
     try:
-        return parse_cpu_stat((controller.path_of(relative) / STAT).read_text())
-    except OSError:
+        counters = parse_cpu_stat((path / STAT).read_text())
+        _, period_us = read_quota(path, controller.version)
+    except (OSError, CpuQuotaError):
         return None
+    return None if counters is None else replace(counters, period_us=period_us)
 
 
 def move(path: Path, pid: int) -> bool:

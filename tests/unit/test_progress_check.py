@@ -91,6 +91,7 @@ def _judge_stretch(
             periods=read.periods + periods,
             throttled=read.throttled + throttled,
             tokens=read.tokens + tokens_per_s,
+            period_s=read.period_s,
         )
         verdicts.append(watch.judge(read))
     return verdicts
@@ -138,6 +139,27 @@ def test_sparse_requests_are_judged_over_their_busy_time_only() -> None:
     verdicts = _judge_stretch(watch, ZERO, periods=3, throttled=3, seconds=25, busy_fraction=0.1)
     assert verdicts[:18] == [None] * 18, "2 busy seconds take 20 wall seconds to add up"
     assert verdicts[-1] is not None
+
+
+def test_periods_an_idle_engine_wakes_in_do_not_dilute_the_ones_requests_waited_in() -> None:
+    watch = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    # An engine that wakes in every 100 ms period while idle, and requests in flight a fifth of
+    # each second, throttled in every busy period: 2 of the 10 periods it ran in each second.
+    verdicts = _judge_stretch(watch, ZERO, periods=10, throttled=2, seconds=15, busy_fraction=0.2)
+    assert verdicts[-1] is not None and "(20 periods' worth)" in verdicts[-1]
+    # A quota it only brushes against while busy is still no starvation.
+    brushed = StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2)
+    assert _judge_stretch(brushed, ZERO, periods=10, throttled=0, seconds=15, busy_fraction=0.2)[-1] is None
+    # A longer quota period spans fewer periods per busy second.
+    long_period = _judge_stretch(
+        StarvationWatch(throttled_share=0.5, min_periods=5, judge_busy_s=2),
+        CpuRead(0, 0, 0, 0, 0, period_s=0.5),
+        periods=2,
+        throttled=1,
+        seconds=15,
+        busy_fraction=0.5,
+    )
+    assert long_period[-1] is not None and "(4 periods' worth)" in long_period[-1]
 
 
 def test_cpu_without_any_token_is_a_hang_for_the_stall_check_not_starvation() -> None:

@@ -776,6 +776,11 @@ def test_throttling_is_read_only_from_a_cgroup_the_process_does_not_share(tmp_pa
     group = controller.path_of(relative)
     group.mkdir(parents=True, exist_ok=True)
     (group / "cpu.stat").write_text("nr_periods 10\nnr_throttled 9\nthrottled_time 1\n")
+    if version == 1:
+        (group / "cpu.cfs_quota_us").write_text("5000\n")
+        (group / "cpu.cfs_period_us").write_text("50000\n")
+    else:
+        (group / "cpu.max").write_text("5000 50000\n")
     # A child starts in its parent's group: a quota there throttles both alike (a CI container's
     # CPU limit over the whole platform), which says nothing about either.
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as sibling:
@@ -786,8 +791,8 @@ def test_throttling_is_read_only_from_a_cgroup_the_process_does_not_share(tmp_pa
     # Beside a pid no process can have, the group is this one's own: its counters are read.
     nobody = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
     assert cpu_quota.own_group_throttling(os.getpid(), controller, beside=nobody) == cpu_quota.Throttling(
-        10, 9
-    )
+        10, 9, period_us=50_000
+    ), "the group's own period, which turns busy time into periods"
     (group / "cpu.stat").unlink()
     assert cpu_quota.own_group_throttling(os.getpid(), controller, beside=nobody) is None
 
