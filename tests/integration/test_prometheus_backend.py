@@ -381,6 +381,7 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
     of traffic none fires; an engine hung under traffic (its /health still 200)
     fires InferchaosEngineStalled for that replica alone, in the vllm layer."""
     from inferchaos.faults.ledger import Ledger
+    from inferchaos.faults.vllm.blind import BlindHealthCheck
     from inferchaos.faults.vllm.hang import HangEngine
 
     status = local_env.status()
@@ -400,7 +401,7 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
     workers = [threading.Thread(target=traffic, daemon=True) for _ in range(3)]
     for worker in workers:
         worker.start()
-    ledger, hang = Ledger(tmp_path / "ledger"), HangEngine()
+    ledger, hang, blind = Ledger(tmp_path / "ledger"), HangEngine(), BlindHealthCheck()
     try:
         # A Prometheus that just started has not scraped Ray's agents yet: its absence alerts
         # (the GCS, the Serve controller) fire until Ray's first report, up to 10 s on.
@@ -420,6 +421,9 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
             if pending := _alerts(prometheus.url, "pending"):
                 print("pending on the healthy environment:", [a.get("alertname") for a in pending])
             time.sleep(1.0)
+        # Prometheus is judged here, not Serve: with the plain check Serve keeps the hung replica,
+        # which resumes at the revert, instead of replacing it (a replica's whole start-up).
+        blinded = blind.inject(local_env, {}, ledger)
         handle = hang.inject(local_env, {"replica": "replica-0", "what": "engine"}, ledger)
         fired: list[dict[str, str]] = []
 
@@ -441,6 +445,7 @@ def test_no_alert_fires_on_the_healthy_environment_and_a_hung_engine_fires_its_o
             )
         finally:
             hang.revert(local_env, handle, ledger)
+            blind.revert(local_env, blinded, ledger)
         assert waited is not None, f"no InferchaosEngineStalled; firing: {_alerts(prometheus.url, 'firing')}"
         print(f"InferchaosEngineStalled fired {waited - handle.injected_at:.1f} s into the hang")
         assert [(a["replica"], a["layer"]) for a in fired] == [("replica-0", "vllm")]
