@@ -21,7 +21,13 @@ from inferchaos.run.spec import load_and_validate
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
-from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, faked_layers_config, k8s_state
+from tests.fakes.k8s_scenario import (
+    EXPERIMENTS,
+    K8S_READ_INTERVAL_S,
+    ClusterWithFakeRay,
+    faked_layers_config,
+    k8s_state,
+)
 from tests.fakes.scripted_world import FakeProbeFactory, World
 
 pytestmark = pytest.mark.long_running
@@ -55,7 +61,9 @@ def test_experiment_passes_names_k8s_and_restores_the_cluster(
         return [*built, k8s_probe_of(environment)], canary
 
     verdict = (
-        Runner(spec, env, RunOptions(interval_s=0.25, run_dir=tmp_path / "run"), None, probes).run().to_dict()
+        Runner(spec, env, RunOptions(interval_s=K8S_READ_INTERVAL_S, run_dir=tmp_path / "run"), None, probes)
+        .run()
+        .to_dict()
     )
     env.close()
 

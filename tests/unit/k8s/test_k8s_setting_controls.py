@@ -22,7 +22,13 @@ from inferchaos.run.runner import Runner, RunOptions
 from inferchaos.steady_state.canary import CanaryPace
 from inferchaos.steady_state.probe_base import Probe
 from tests.fakes.apiserver import FakeApiServer, FakeCluster
-from tests.fakes.k8s_scenario import EXPERIMENTS, ClusterWithFakeRay, faked_layers_config, k8s_state
+from tests.fakes.k8s_scenario import (
+    EXPERIMENTS,
+    K8S_READ_INTERVAL_S,
+    ClusterWithFakeRay,
+    faked_layers_config,
+    k8s_state,
+)
 from tests.fakes.scripted_world import FakeProbeFactory, World
 
 pytestmark = pytest.mark.long_running
@@ -71,7 +77,7 @@ def _run(control: ControlSpec, fake_server: FakeApiServer, runtime: Any, tmp_pat
         built, canary = fakes(environment, pace, named)
         return [*built, k8s_probe_of(environment)], canary
 
-    options = RunOptions(interval_s=0.25, run_dir=tmp_path / "run", control=control)
+    options = RunOptions(interval_s=K8S_READ_INTERVAL_S, run_dir=tmp_path / "run", control=control)
     verdict = Runner(spec, env, options, None, probes).run().to_dict()
     env.close()
     return verdict
