@@ -20,6 +20,7 @@ so triage can name the macro layer with the reason as evidence.
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,12 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1NodeCondition
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
+# The modules of the API classes a read goes through (CoreV1Api, AppsV1Api, CustomObjectsApi).
+API_MODULES = (
+    "kubernetes.client.api.core_v1_api",
+    "kubernetes.client.api.apps_v1_api",
+    "kubernetes.client.api.custom_objects_api",
+)
 
 
 @dataclass
@@ -50,6 +57,13 @@ class K8sProbe:
     node_selector: str | None = None
     name: str = "k8s"
     layer: Layer = Layer.K8S
+
+    def __post_init__(self) -> None:
+        # The client imports an API class's module, and its hundreds of models, when the class
+        # is first used: over a second of CPU. Inside the first read that cost made it time
+        # out, and on a busy machine every read of a short baseline queued behind it.
+        for module in API_MODULES:
+            importlib.import_module(module)
 
     async def read(self) -> list[Sample]:
         """Read the cluster now, off the event loop (the kubernetes client blocks)."""

@@ -32,10 +32,10 @@ from tests.fakes.k8s_objects import CONTROL_PLANE, GPU_POOL, NS, WORKERS, node, 
 from tests.fakes.scripted_world import FakeEnv
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-# The sampling interval of a scenario run against the fake cluster. The k8s probe makes four or
-# five API calls per read and deserializes them into the official client's models, answered by
-# a server in the test's own process; beside other busy test workers on 2 cores that took more
-# than 0.2 s, the timeout a 0.25 s interval allows, and every baseline read failed.
+# The sampling interval of a scenario run against the fake cluster. Each k8s probe read makes
+# four or five API calls, deserialized into the official client's models and answered by a
+# server in the test's own process: beside other busy test workers on 2 cores, a 0.25 s interval
+# (0.2 s per read) left little room.
 K8S_READ_INTERVAL_S = 0.5
 
 CONTEXT = "kind-inferchaos"

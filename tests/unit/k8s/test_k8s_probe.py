@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
@@ -64,3 +67,21 @@ async def test_probe_reports_an_unreachable_api_as_probe_error() -> None:
     with pytest.raises(ProbeError, match="could not read the Kubernetes layer"):
         await K8sProbe(client, NS).read()
     client.close()
+
+
+def test_building_the_probe_loads_the_api_classes_so_its_first_read_imports_none() -> None:
+    # A fresh interpreter: this one has loaded them already. The client loads an API class's
+    # module and its models on first use, which made a probe's first timed read time out.
+    script = """
+import sys
+from kubernetes.client import ApiClient
+from inferchaos.steady_state.k8s import API_MODULES, K8sProbe
+assert not [m for m in API_MODULES if m in sys.modules], "loaded before the probe was built"
+K8sProbe(ApiClient(), "inferchaos")
+loaded = len(sys.modules)
+from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
+print(len(sys.modules) - loaded)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "0", "a read's API classes were still to be imported"
