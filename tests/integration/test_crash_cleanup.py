@@ -124,14 +124,19 @@ def _shortened(case: str, path: Path, written: Path) -> Path:
     return written
 
 
-def _slow_groups_left() -> list[str]:
-    """Cgroups of slowed replicas that still exist (cleanup must remove them)."""
-    from inferchaos.primitives.cpu_quota import find_cpu_controller, is_slow_group
+def _slow_groups_left(env: LocalEnvironment) -> list[str]:
+    """Cgroups of ``env``'s slowed replicas that still exist (cleanup must remove them).
+
+    Only this environment's: the unit tests slow their stand-in replicas in groups of their own
+    environment's name, which a unit run killed half-way can leave behind, and which this
+    environment's cleanup must leave alone.
+    """
+    from inferchaos.primitives.cpu_quota import find_cpu_controller, slow_group_name
 
     controller = find_cpu_controller()
     if controller is None:
         return []
-    return sorted(p.name for p in controller.root.iterdir() if p.is_dir() and is_slow_group(p.name))
+    return sorted(p.name for p in controller.root.glob(f"{slow_group_name(env.name, '')}*") if p.is_dir())
 
 
 def _queues_empty(env: LocalEnvironment) -> bool:
@@ -202,7 +207,7 @@ def test_cleanup_after_kill_9_restores_the_environment(
         assert f"reverted {fault}" in cleanup.stdout
     assert ledger.is_empty()
     assert stopped_processes(local_env) == []
-    assert _slow_groups_left() == [], "cleanup must remove a slowed replica's cgroup"
+    assert _slow_groups_left(local_env) == [], "cleanup must remove a slowed replica's cgroup"
     assert local_env.health_check_in_force() == "progress", "a blinded health check must be restored"
     wait_until_whole(local_env)
     local_env.connect_ray()
