@@ -10,6 +10,7 @@ skip, saying why, where redis-server is not installed; .ci/run installs it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import ray
-from chaos_cli import assert_nothing_left, chaos_run
 from env_checks import wait_until_whole
 
 from inferchaos.environments.local.config import LocalEnvConfig
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 NAME = "ray.kill_gcs"
 EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "gcs_loss.yaml"
+OUTAGE_S = 8
 
 
 def _cli(args: list[str], home: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
@@ -120,8 +121,9 @@ def test_gcs_down_the_front_door_serves_and_the_revert_brings_the_cluster_back(
     handle = fault.inject(gcs_env, params, ledger)
     assert not ledger.is_empty(), "the kill must be in the ledger while it is live"
     assert not pid_alive(gcs_before) and _gcs_pids(gcs_env) == []
-    # The outage: Ray's control plane is gone, the data plane must not notice.
-    time.sleep(15)
+    # The outage: Ray's control plane is gone, the data plane must not notice. gcs_loss holds
+    # its outage longer (the HA game day); here it only has to outlast a few front-door requests.
+    time.sleep(OUTAGE_S)
     during = fault.evidence(gcs_env, handle)
     print("gcs evidence during the outage:", during)
     assert during.bit and not during.symptoms["gcs_back"], during.reason
@@ -131,7 +133,7 @@ def test_gcs_down_the_front_door_serves_and_the_revert_brings_the_cluster_back(
     after = fault.evidence(gcs_env, handle)
     print("gcs evidence after revert:", after)
     s = after.symptoms
-    assert s["gcs_back"] and s["down_s"] >= 15, after.reason
+    assert s["gcs_back"] and s["down_s"] >= OUTAGE_S, after.reason
     (gcs_after,) = _gcs_pids(gcs_env)
     assert gcs_after != gcs_before and s["gcs_pid_after"] == gcs_after
     assert s["nodes_intact"] and s["serve_intact"], after.reason
@@ -207,22 +209,13 @@ def test_gameday_ha_passes_and_its_control_fails_as_expected(
     print(result.stdout[-4000:], result.stderr[-2000:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "gcs_loss.control" in result.stdout
+    # gcs_loss's one healthy run (healthy_runs.py): it passed, the GCS outage bit, and the
+    # platform came back; its control failed as the controls catalog expects.
+    (summary_file,) = tmp_path.glob("gameday-*/summary.json")
+    runs = {r["experiment"]: r for r in json.loads(summary_file.read_text())["runs"]}
+    healthy, control = runs["gcs_loss"], runs["gcs_loss.control"]
+    assert healthy["status"] == "passed" and healthy["time_to_recover_s"] is not None, healthy
+    assert control["status"] == "failed" and control["control"]["proven"] is True, control
     assert Ledger(integration_home / "ledger").is_empty()
     assert len(_gcs_pids(gcs_env)) == 1
     wait_until_whole(gcs_env, timeout_s=120)
-
-
-@pytest.mark.gcs_ft
-def test_chaos_run_of_gcs_loss_holds_the_hypothesis_before_and_after(
-    gcs_env: LocalEnvironment, integration_home: Path, tmp_path: Path
-) -> None:
-    wait_until_whole(gcs_env)
-    run = chaos_run(EXPERIMENT, integration_home, tmp_path)
-    after = run.outputs("after")
-    print(f"gcs_loss by chaos run: {run.journal['status']}, after: {after.get('steady-state-sampled')}")
-    assert run.returncode == 0 and run.journal["status"] == "completed", run.output[-4000:]
-    assert run.hypothesis("before")["steady_state_met"] and run.hypothesis("after")["steady_state_met"]
-    assert after["steady-state-sampled"]["recovered"] is True
-    assert [r["status"] for r in run.journal["rollbacks"]] == ["succeeded"]
-    assert_nothing_left(integration_home)
-    assert len(_gcs_pids(gcs_env)) == 1
