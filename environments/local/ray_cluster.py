@@ -170,6 +170,11 @@ def ray_start_argv(
         "start",
         *(["--block"] if block else []),
         "--disable-usage-stats",
+        # The log monitor ships every worker's log lines to drivers through the GCS; the only
+        # driver (connect_driver) turns log_to_driver off, so on every node it only cost CPU
+        # beside the replicas. The log files themselves are unchanged.
+        "--include-log-monitor",
+        "false",
         "--node-ip-address",
         node_ip,
         "--num-cpus",
