@@ -171,7 +171,7 @@ def ray_start_argv(
         *(["--block"] if block else []),
         "--disable-usage-stats",
         # The log monitor ships every worker's log lines to drivers through the GCS; the only
-        # driver (connect_driver) turns log_to_driver off, so on every node it only cost CPU
+        # driver (connect_driver) turns log_to_driver off, so on every node it would only cost CPU
         # beside the replicas. The log files themselves are unchanged.
         "--include-log-monitor",
         "false",

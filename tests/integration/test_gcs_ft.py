@@ -210,12 +210,15 @@ def test_gameday_ha_passes_and_its_control_fails_as_expected(
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "gcs_loss.control" in result.stdout
     # gcs_loss's one healthy run (healthy_runs.py): it passed, the GCS outage bit, and the
-    # platform came back; its control failed as the controls catalog expects.
+    # platform came back; its control failed in the layer of its defect (a hung engine, vLLM's).
     (summary_file,) = tmp_path.glob("gameday-*/summary.json")
     runs = {r["experiment"]: r for r in json.loads(summary_file.read_text())["runs"]}
     healthy, control = runs["gcs_loss"], runs["gcs_loss.control"]
     assert healthy["status"] == "passed" and healthy["time_to_recover_s"] is not None, healthy
+    verdict = json.loads((summary_file.parent / healthy["run_dir"] / "verdict.json").read_text())
+    assert verdict["fault"]["effect_observed"] is True, verdict["reason"]
     assert control["status"] == "failed" and control["control"]["proven"] is True, control
+    assert control["triage_layer"] == "vllm", control
     assert Ledger(integration_home / "ledger").is_empty()
     assert len(_gcs_pids(gcs_env)) == 1
     wait_until_whole(gcs_env, timeout_s=120)
