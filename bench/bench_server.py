@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
-from inferchaos.environments.local.serve_app import ReplicaLaunch, stop_process_group, vllm_argv, vllm_env
+from inferchaos.environments.local.serve_app import ReplicaLaunch, stop_process_group, vllm_argv
+from inferchaos.environments.local.vllm_launcher import vllm_env
 from inferchaos.errors import EnvironmentError_
 from inferchaos.primitives.processes import free_port, pid_alive, spawn_process_group
 

