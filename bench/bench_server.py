@@ -20,8 +20,9 @@ from pathlib import Path
 import httpx
 
 from inferchaos.environments.local.model import TinyModelSpec, ensure_model
-from inferchaos.environments.local.serve_app import ReplicaLaunch, stop_process_group, vllm_argv
-from inferchaos.environments.local.vllm_launcher import vllm_env
+from inferchaos.environments.local.serve_app import ReplicaLaunch, stop_process_group, vllm_args, vllm_argv
+from inferchaos.environments.local.vllm_launcher import LaunchRequest, vllm_env
+from inferchaos.environments.local.vllm_launcher import launch as vllm_launch
 from inferchaos.errors import EnvironmentError_
 from inferchaos.primitives.processes import free_port, pid_alive, spawn_process_group
 
@@ -46,13 +47,17 @@ class BenchServer:
 
 @contextmanager
 def bench_server(
-    spec: TinyModelSpec = BENCH_MODEL, log_dir: Path | None = None, kv_cache_tokens: int = KV_CACHE_TOKENS
+    spec: TinyModelSpec = BENCH_MODEL,
+    log_dir: Path | None = None,
+    kv_cache_tokens: int = KV_CACHE_TOKENS,
+    launcher: str | None = None,
 ) -> Iterator[BenchServer]:
     """Generate ``spec`` (once, cached), serve it on a free loopback port, end it on exit.
 
-    The server starts as a replica's does (same command and environment) and is a process
-    group of its own, ended by its pid, also when the bench fails or is interrupted. The
-    model is generated before the clock of ``ready_after_s`` starts.
+    The server starts as a replica's does (same arguments and environment): as a fork of the
+    running vLLM launcher ``launcher``, or with ``python -m`` without one. It is a process group
+    of its own, ended by its pid, also when the bench fails or is interrupted. The model is
+    generated before the clock of ``ready_after_s`` starts.
     """
     model_dir = ensure_model(spec)
     port = free_port()
@@ -69,7 +74,11 @@ def bench_server(
     url = f"http://127.0.0.1:{port}"
     logger.info("starting a vLLM server for %s on %s (log %s)", spec.name, url, log)
     started = time.monotonic()
-    pid = spawn_process_group(vllm_argv(launch, port), vllm_env(), log)
+    if launcher is None:
+        pid = spawn_process_group(vllm_argv(launch, port), vllm_env(), log)
+    else:
+        request = LaunchRequest(vllm_args(launch, port), vllm_env(), str(log), str(Path.cwd()))
+        pid = vllm_launch(launcher, request, READY_TIMEOUT_S)
     try:
         _wait_ready(url, pid, log, started)
         yield BenchServer(url, spec.name, model_dir, pid, ready_after_s=time.monotonic() - started)

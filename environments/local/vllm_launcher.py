@@ -10,6 +10,9 @@ spawned afresh as always.
 
 The launcher stays single-threaded (no thread survives a fork), reaps its servers, and writes
 each one's wait status where the replica that asked for it reads it (:func:`recorded_exit`).
+A server's /proc command line and environment are the launcher's: the module's name says vllm
+and the environment (the servers' own, see :func:`main`) carries the environment's marker, by
+which `env down`, `inferchaos cleanup` and the device faults recognise a server.
 """
 
 from __future__ import annotations
@@ -216,7 +219,12 @@ class Launcher:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as e:
+                # Out of processes or memory: the replica fails its start with this reason.
+                self._reply(conn, {"error": f"fork failed: {e}"})
+                return
             if pid == 0:
                 self._become_server(request, conn)
             (self.exits / str(pid)).unlink(missing_ok=True)
