@@ -145,8 +145,13 @@ def test_the_node_command_keeps_its_pid_and_its_launcher_ends_with_it(tmp_path: 
     def launcher_gone() -> bool:
         return not [p for p in psutil.process_iter(["cmdline"]) if name in " ".join(p.info["cmdline"] or [])]
 
+    # The launcher execs twice on its way up, and /proc shows no command line mid-exec: wait for
+    # its word on the node first, so an absence seen then is the launcher's end.
+    log = tmp_path / "l.log"
+    _wait_for(
+        "the launcher logged its node", lambda: f"vLLM launcher {name}" in log.read_text(), timeout_s=120
+    )
     _wait_for("the launcher of a node that is gone ended", launcher_gone, timeout_s=120)
-    assert f"vLLM launcher {name}" in (tmp_path / "l.log").read_text()
 
 
 def test_the_servers_environment_drops_rays_and_pins_what_vllm_cpu_needs() -> None:
