@@ -120,8 +120,9 @@ class CanaryProbe:
         self._finished: list[StreamResult] = []
         # When each request in flight that has no first token yet was sent (loop time), by number.
         self._waiting: dict[int, float] = {}
-        # Every replica that has answered so far, in order, for ``canary.routed``.
-        self._replicas_seen: dict[str, None] = {}
+        # Every replica that has answered so far, in order, with the server that first answered
+        # under its name, for ``canary.routed`` and ``canary.routed_original``.
+        self._replicas_seen: dict[str, str] = {}
         self.sent = 0
         self.dropped = 0
 
@@ -171,14 +172,25 @@ class CanaryProbe:
 
     def _routed_samples(self, result: StreamResult) -> list[Sample]:
         """``canary.routed{replica}``: 1 for the replica that took the request, 0 for every other
-        replica seen so far, so that its mean is the share of requests routed to a replica."""
+        replica seen so far, so that its mean is the share of requests routed to a replica.
+
+        ``canary.routed_original{replica}``: the same, counting only the server that first
+        answered under the replica's name. Once the platform replaced a replica (a new server
+        under the same name), its mean is the share the original server still took: what a
+        fault that slowed that server asks of the platform.
+        """
         if not result.replica:
             return []  # refused before any replica took it: its routing is unknown
-        self._replicas_seen.setdefault(result.replica, None)
-        return [
-            Sample("canary.routed", 1.0 if replica == result.replica else 0.0, {"replica": replica})
-            for replica in self._replicas_seen
-        ]
+        self._replicas_seen.setdefault(result.replica, result.server)
+        samples = []
+        for replica, original in self._replicas_seen.items():
+            took = replica == result.replica
+            labels = {"replica": replica}
+            samples.append(Sample("canary.routed", 1.0 if took else 0.0, labels))
+            samples.append(
+                Sample("canary.routed_original", 1.0 if took and result.server == original else 0.0, labels)
+            )
+        return samples
 
     async def _send_at_rate(self, phase_s: float) -> None:
         loop = asyncio.get_running_loop()

@@ -37,13 +37,15 @@ VLLM_PROBES: frozenset[str] = frozenset(
 )
 
 CANARY_PROBES: frozenset[str] = frozenset(
-    # routed: {replica}; oldest_wait_s: the oldest request in flight still without a first token.
+    # routed, routed_original (the first server seen under the name): {replica};
+    # oldest_wait_s: the oldest request in flight still without a first token.
     {
         "canary.success",
         "canary.ttft_s",
         "canary.itl_s",
         "canary.e2e_s",
         "canary.routed",
+        "canary.routed_original",
         "canary.oldest_wait_s",
     }
 )

@@ -62,6 +62,9 @@ logger = logging.getLogger(__name__)
 DEPLOYMENT_NAME = "vllm"
 APP_NAME = "inferchaos"
 REPLICA_HEADER = "x-inferchaos-replica"
+# The vLLM server behind the replica: a replica Serve replaced answers under the same name
+# from another server.
+SERVER_HEADER = "x-inferchaos-server"
 # Serve's default of 5 would queue a flood at the proxy and vLLM's KV cache would never fill.
 MAX_ONGOING_REQUESTS = 1024
 HOP_HEADERS = ("content-type", "accept", "authorization")
@@ -346,7 +349,7 @@ class VLLMReplica:
             return JSONResponse(
                 {"error": f"{self._name} could not reach its vLLM server: {e}"},
                 status_code=503,
-                headers={REPLICA_HEADER: self._name},
+                headers={REPLICA_HEADER: self._name, SERVER_HEADER: str(self._pid)},
             )
         finally:
             self._progress.finished(time.monotonic())
@@ -366,7 +369,7 @@ class VLLMReplica:
             relay(),
             status_code=upstream.status_code,
             media_type=upstream.headers.get("content-type"),
-            headers={REPLICA_HEADER: self._name},
+            headers={REPLICA_HEADER: self._name, SERVER_HEADER: str(self._pid)},
         )
 
     async def check_health(self) -> None:

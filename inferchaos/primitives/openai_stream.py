@@ -36,6 +36,8 @@ class StreamResult:
     error: str = ""
     replica: str = ""
     chunk_times_s: list[float] = field(default_factory=list)
+    # The server the replica's name stood for (x-inferchaos-server), where the front door says.
+    server: str = ""
 
     @property
     def inter_token_s(self) -> float | None:
@@ -107,12 +109,13 @@ async def stream_completion_async(
     text: list[str] = []
     # Read with the headers and kept through every later failure: a stream that stalls or
     # breaks after the front door named its replica is that replica's failure.
-    replica = ""
+    replica = server = ""
     try:
         async with client.stream(
             "POST", f"{base_url}/v1/completions", json=body, timeout=timeout_s
         ) as response:
             replica = response.headers.get("x-inferchaos-replica", "")
+            server = response.headers.get("x-inferchaos-server", "")
             if response.status_code != 200:
                 detail = (await response.aread()).decode(errors="replace")[:200]
                 return StreamResult(
@@ -124,6 +127,7 @@ async def stream_completion_async(
                     "",
                     f"HTTP {response.status_code}: {detail}",
                     replica,
+                    server=server,
                 )
             async for line in response.aiter_lines():
                 event = parse_sse_line(line)
@@ -140,6 +144,7 @@ async def stream_completion_async(
                         f"error event: {event.error}",
                         replica,
                         times,
+                        server,
                     )
                 if not event.has_choices:
                     continue
@@ -158,6 +163,7 @@ async def stream_completion_async(
             f"{type(e).__name__}: {e}",
             replica,
             times,
+            server,
         )
     e2e = time.perf_counter() - start
     ok = bool(times)
@@ -171,6 +177,7 @@ async def stream_completion_async(
         "" if ok else "stream ended without a data chunk",
         replica,
         times,
+        server,
     )
 
 

@@ -49,6 +49,9 @@ def test_completion_streams_through_the_front_door(local_env: LocalEnvironment) 
     assert result.chunks >= 2, "the front door must stream chunk by chunk, not buffer the answer"
     assert result.ttft_s is not None and 0 < result.ttft_s < result.e2e_s
     assert result.replica.startswith("replica-")
+    # The server behind the name: a replica Serve replaced answers from another one.
+    servers = {r.name: str(r.vllm_pid) for r in local_env.replica_records()}
+    assert result.server == servers[result.replica]
 
 
 def test_every_replica_exports_kv_cache_usage(local_env: LocalEnvironment) -> None:

@@ -47,6 +47,8 @@ class FakeServer:
     # Waited on after the response headers went out, before the first chunk: a stalled stream.
     stall: asyncio.Event | None = None
     replica_header: str = "replica-0"
+    # The server behind the replica (x-inferchaos-server); none when empty, as off the local front door.
+    server_header: str = ""
     # Whether an error answer (completion_status other than 200) names the replica too.
     error_replica_header: bool = False
     # Sent as `data: {"error": ...}` after the first chunk, as vLLM reports a failure mid-stream.
@@ -81,7 +83,10 @@ def _app(state: FakeServer) -> web.Application:
             return web.Response(status=state.completion_status, text="engine dead", headers=headers)
         if state.hang is not None:
             await state.hang.wait()
-        response = web.StreamResponse(headers={"x-inferchaos-replica": state.replica_header})
+        headers = {"x-inferchaos-replica": state.replica_header}
+        if state.server_header:
+            headers["x-inferchaos-server"] = state.server_header
+        response = web.StreamResponse(headers=headers)
         response.content_type = "text/event-stream"
         await response.prepare(request)
         if state.stall is not None:

@@ -315,6 +315,43 @@ async def test_routed_gives_each_replica_its_share_of_the_requests(
     assert sum(shares["replica-1"]) >= 3 and 0.0 in shares["replica-0"]
 
 
+def routed_original(samples: list[Sample]) -> dict[str, list[float]]:
+    by_replica: dict[str, list[float]] = {}
+    for s in samples:
+        if s.probe == "canary.routed_original":
+            by_replica.setdefault(s.labels["replica"], []).append(s.value)
+    return by_replica
+
+
+async def test_routed_original_stops_counting_a_replica_once_another_server_answers_for_it(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    # replica-0's server 101 is replaced by 202 under the same name (Serve replaced the replica):
+    # routed still gives replica-0 every request, routed_original none of the new server's.
+    fake_server.server_header = "101"
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 3)
+    fake_server.server_header = "202"
+    samples += await collect(canary, lambda s: len(successes(s)) >= 3)
+    await canary.stop()
+    original = routed_original(samples)["replica-0"]
+    assert routed(samples)["replica-0"] == [1.0] * len(successes(samples))
+    # Every request the first server took, then none: a request in flight at the switch may
+    # still be the first server's.
+    assert original == sorted(original, reverse=True) and original.count(1.0) >= 3 and original[-1] == 0.0
+
+
+async def test_without_a_server_header_routed_original_is_routed(
+    fake_server: FakeServer, canary: CanaryProbe
+) -> None:
+    await canary.start()
+    samples = await collect(canary, lambda s: len(successes(s)) >= 3)
+    fake_server.replica_header = "replica-1"
+    samples += await collect(canary, lambda s: len(routed(s).get("replica-1", [])) >= 3)
+    await canary.stop()
+    assert routed_original(samples) == routed(samples)
+
+
 async def test_a_refused_request_is_routed_nowhere(refused_url: str) -> None:
     probe = CanaryProbe(CanaryConfig(refused_url, "tiny-llama", rate_per_s=20.0))
     await probe.start()
