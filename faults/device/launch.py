@@ -168,6 +168,10 @@ def wait_ready(pid: int, log_path: Path, timeout_s: float) -> SquatterReady:
         time.sleep(0.1)
 
 
+# How long a process with no command line may still be in its exec.
+EXEC_SETTLE_S = 1.0
+
+
 def _runs_squatter(cmdline: list[str]) -> bool:
     return any(module in cmdline for module in (SQUATTER_MODULE, *FORMER_SQUATTER_MODULES))
 
@@ -175,7 +179,14 @@ def _runs_squatter(cmdline: list[str]) -> bool:
 def is_squatter(proc: psutil.Process, squat_id: str) -> bool:
     """True if ``proc`` is the squatter of ``squat_id`` (by its command line and marker)."""
     try:
-        if not _runs_squatter(proc.cmdline()):
+        cmdline = proc.cmdline()
+        # A process caught mid-exec shows no command line yet (spawn returns as exec closes
+        # its pipe, before the kernel sets the new arguments): look again before saying no.
+        deadline = time.monotonic() + EXEC_SETTLE_S
+        while not cmdline and time.monotonic() < deadline:
+            time.sleep(0.02)
+            cmdline = proc.cmdline()
+        if not _runs_squatter(cmdline):
             return False
         return proc.environ().get(SQUAT_ID_VAR) == squat_id
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
