@@ -80,7 +80,12 @@ from inferchaos.primitives.processes import (
     wait_for_port,
 )
 from inferchaos.primitives.ray_nodes import RayNodeRecord
-from inferchaos.primitives.replica_slots import ReplicaRecord, read_records, replica_healthy
+from inferchaos.primitives.replica_slots import (
+    ReplicaRecord,
+    last_health_check_passed,
+    read_records,
+    replica_healthy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -529,6 +534,21 @@ class LocalEnvironment:
     def replica_records(self) -> list[ReplicaRecord]:
         """What each replica published about itself (stopped ones left out)."""
         return [r for r in read_records(self.load_state().replicas_dir) if r.state != "stopped"]
+
+    def wait_for_passing_health_checks(self, names: set[str], deadline: float) -> set[str]:
+        """The replicas among ``names`` whose latest Serve health check passed, waiting for the
+        others until the monotonic ``deadline`` at most.
+
+        A replica that answers /health again (a frozen engine resumed) may still owe Serve
+        failed checks in a row, and be replaced a moment later. Serve forgets them once a
+        check passes: a run started then finds the replicas it was planned on.
+        """
+        replicas_dir = self.load_state().replicas_dir
+        while True:
+            passing = {n for n in names if last_health_check_passed(replicas_dir, n)}
+            if passing == names or time.monotonic() >= deadline:
+                return passing
+            time.sleep(0.25)
 
     def health_check_in_force(self) -> str:
         """The health check the replicas answer Serve with now (environments/local/progress_check.py)."""

@@ -54,7 +54,12 @@ from inferchaos.primitives.memory_budget import (
     open_budget,
 )
 from inferchaos.primitives.processes import ENV_MARKER, pid_alive, port_is_free, spawn_process_group
-from inferchaos.primitives.replica_slots import ReplicaRecord, claim_slot, read_records
+from inferchaos.primitives.replica_slots import (
+    ReplicaRecord,
+    claim_slot,
+    mark_health_check,
+    read_records,
+)
 from inferchaos.primitives.vllm_metrics import parse_metrics
 
 logger = logging.getLogger(__name__)
@@ -374,6 +379,20 @@ class VLLMReplica:
 
     async def check_health(self) -> None:
         """Serve calls this periodically; raising makes Serve replace the replica.
+
+        Each outcome is stamped in the state folder: Serve replaces a replica only after
+        failures in a row, so one whose latest check passed is not about to be replaced
+        (``LocalEnvironment.wait_for_passing_health_checks``).
+        """
+        passed = False
+        try:
+            await self._judge_health()
+            passed = True
+        finally:
+            mark_health_check(self._replicas_dir, self._name, passed)
+
+    async def _judge_health(self) -> None:
+        """Raise, naming why, if the replica should be replaced; return if it is fit.
 
         The plain check forwards vLLM's /health; the progress check (the default) also fails
         a replica whose requests make no progress, or whose CPU quota throttles it most of the

@@ -167,7 +167,14 @@ def wait_until_whole(
             )
             missing = sorted(expected - served)
             if not missing:
-                return
+                # Each replica's latest Serve health check passed: one that failed checks while it
+                # was broken (a frozen engine) is not replaced under the next run's plan.
+                checked = environment.wait_for_passing_health_checks(
+                    expected, min(deadline, time.monotonic() + 10.0)
+                )
+                missing = sorted(expected - checked)
+                if not missing:
+                    return
         if time.monotonic() >= deadline:
             logger.warning("the environment is still not whole after %.0f s: %s", timeout_s, missing)
             return

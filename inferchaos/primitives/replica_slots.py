@@ -71,6 +71,25 @@ def read_records(replicas_dir: Path) -> list[ReplicaRecord]:
     return sorted(records, key=lambda r: r.slot)
 
 
+def mark_health_check(replicas_dir: Path, name: str, passed: bool) -> None:
+    """Stamp now as when Serve's health check of ``name`` last passed, or last failed (the
+    mtime of ``<name>.check-passed`` or ``<name>.check-failed``)."""
+    (replicas_dir / f"{name}.check-{'passed' if passed else 'failed'}").touch()
+
+
+def last_health_check_passed(replicas_dir: Path, name: str) -> bool:
+    """Whether the latest of Serve's health checks of ``name`` to finish passed."""
+
+    def stamped(outcome: str) -> float | None:
+        try:
+            return (replicas_dir / f"{name}.check-{outcome}").stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    passed, failed = stamped("passed"), stamped("failed")
+    return passed is not None and (failed is None or passed > failed)
+
+
 def replica_healthy(record: ReplicaRecord, timeout_s: float = 2.0) -> bool:
     """True when the replica's own vLLM answers /health with 200."""
     try:

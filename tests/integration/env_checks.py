@@ -30,8 +30,8 @@ def free_gpus(env: LocalEnvironment) -> float:
 
 
 def wait_until_whole(env: LocalEnvironment, timeout_s: float = 240.0) -> None:
-    """Every replica healthy, serving through the front door, and every logical GPU not held by
-    a replica free again.
+    """Every replica healthy, serving through the front door, passing Serve's health checks
+    again, and every logical GPU not held by a replica free again.
 
     A control reverts its break only after its run is judged (a replacement node, a replica
     that Serve restarts): the next run must start on the whole environment, as a game day's does.
@@ -41,22 +41,26 @@ def wait_until_whole(env: LocalEnvironment, timeout_s: float = 240.0) -> None:
     expected = {f"replica-{i}" for i in range(env.config.replicas)}
     spare = env.config.workers * env.config.gpus_per_worker - env.config.replicas
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if healthy_replica_names(env) >= expected and free_gpus(env) >= spare:
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(
-            f"the environment did not become whole within {timeout_s:g} s: healthy "
-            f"{sorted(healthy_replica_names(env))}, free GPUs {free_gpus(env):g} (want {spare})"
+    while True:
+        while not (healthy_replica_names(env) >= expected and free_gpus(env) >= spare):
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"the environment did not become whole within {timeout_s:g} s: healthy "
+                    f"{sorted(healthy_replica_names(env))}, free GPUs {free_gpus(env):g} (want {spare})"
+                )
+            time.sleep(0.5)
+        # A replica Serve just started answers /health before the front door's router sends it
+        # anything: a run started then would see one replica take its whole baseline.
+        status = env.status()
+        served = replicas_served(status.front_door.url, status.model.name, expected, deadline)
+        assert served >= expected, (
+            f"the front door sent nothing to {sorted(expected - served)} within {timeout_s:g} s"
         )
-    # A replica Serve just started answers /health before the front door's router sends it
-    # anything: a run started then would see one replica take its whole baseline.
-    status = env.status()
-    served = replicas_served(status.front_door.url, status.model.name, expected, deadline)
-    assert served >= expected, (
-        f"the front door sent nothing to {sorted(expected - served)} within {timeout_s:g} s"
-    )
+        # A replica that answers again after a control froze it may still owe Serve failed
+        # health checks: whole once each one's latest check passed (else Serve replaces it).
+        if env.wait_for_passing_health_checks(expected, min(deadline, time.monotonic() + 10.0)) == expected:
+            return
+        assert time.monotonic() < deadline, f"Serve's health checks did not pass within {timeout_s:g} s"
 
 
 def stopped_processes(env: LocalEnvironment) -> list[int]:

@@ -108,7 +108,9 @@ def test_the_control_fails_with_the_expected_layer_and_leaves_nothing_behind(
         text=True,
         timeout=900,
     )
-    (run_dir,) = sorted(tmp_path.glob(f"*-{scenario}.control"))
+    run_dirs = sorted(tmp_path.glob(f"*-{scenario}.control"))
+    assert len(run_dirs) == 1, f"exit {result.returncode}, no run folder: {result.stderr[-2000:]}"
+    (run_dir,) = run_dirs
     verdict = json.loads((run_dir / "verdict.json").read_text())
     slos = {s["name"]: (s["ok"], s["observed"]) for s in verdict["slos"]}
     print(
