@@ -42,11 +42,21 @@ def head() -> Iterator[psutil.Process]:
     leader = subprocess.Popen([sys.executable, "-c", HEAD], start_new_session=True)
     proc = psutil.Process(leader.pid)
     try:
-        assert wait_until(lambda: len(proc.children(recursive=True)) == 3, 20, 0.05) is not None
+        assert wait_until(lambda: _all_started(proc), 20, 0.05) is not None
         yield proc
     finally:
         os.killpg(leader.pid, signal.SIGKILL)
         leader.wait(timeout=10)
+
+
+def _all_started(leader: psutil.Process) -> bool:
+    """All 3 processes below the leader exist and have exec'd: until it execs, a child shows
+    its parent's command line, and the leader's names the dashboard's script."""
+    try:
+        children = leader.children(recursive=True)
+        return len(children) == 3 and all(c.cmdline() != c.parent().cmdline() for c in children)
+    except psutil.Error:
+        return False
 
 
 def _named(head: psutil.Process, marker: str) -> list[int]:
