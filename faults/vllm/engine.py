@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 NAME = "vllm.kill_engine"
 ENGINE_PROCESS_NAME = "VLLM::EngineCore"
+# The last argument of a process multiprocessing started with its spawn method.
+SPAWNED_MARKER = "--multiprocessing-fork"
 
 
 @dataclass
@@ -56,17 +58,30 @@ def _health_status(url: str) -> int | None:
 
 
 def find_engine_core(server_pid: int) -> psutil.Process:
-    """The EngineCore process under a vLLM API server."""
+    """The EngineCore process under a vLLM API server.
+
+    vLLM titles it ``VLLM::EngineCore`` with setproctitle, which it treats as optional: an
+    EngineCore whose title never took keeps the command line multiprocessing spawned it with.
+    It is then the server's one child started by ``spawn`` (``--multiprocessing-fork``; the
+    resource tracker is not).
+    """
     try:
         children = psutil.Process(server_pid).children(recursive=True)
     except psutil.NoSuchProcess as e:
         raise FaultError(f"the vLLM server pid {server_pid} is gone") from e
+    spawned = []
     for child in children:
         try:
-            if child.name() == ENGINE_PROCESS_NAME or ENGINE_PROCESS_NAME in " ".join(child.cmdline()):
+            cmdline = child.cmdline()
+            if child.name() == ENGINE_PROCESS_NAME or ENGINE_PROCESS_NAME in " ".join(cmdline):
                 return child
+            if child.ppid() == server_pid and SPAWNED_MARKER in cmdline:
+                spawned.append(child)
         except psutil.NoSuchProcess:
             continue
+    if len(spawned) == 1:
+        logger.info("vLLM server pid %d: its EngineCore is untitled pid %d", server_pid, spawned[0].pid)
+        return spawned[0]
     raise FaultError(f"no {ENGINE_PROCESS_NAME} process under vLLM server pid {server_pid}")
 
 
