@@ -20,11 +20,11 @@ import psutil
 
 from inferchaos.primitives.cpu_quota import (
     CpuQuotaError,
+    bandwidth,
     cpu_quota_available,
     create_group,
     find_cpu_controller,
     move,
-    quota_us,
     remove_group,
 )
 from inferchaos.primitives.processes import process_group
@@ -62,7 +62,8 @@ def cap_dashboard(env_id: str, head_pgid: int) -> str:
     if not procs:
         return "dashboard not capped: no dashboard process in the head's process group"
     try:
-        group = create_group(controller, dashboard_group_name(env_id), quota_us(1.0, DASHBOARD_CORES))
+        cap = bandwidth(1.0, DASHBOARD_CORES)
+        group = create_group(controller, dashboard_group_name(env_id), cap.quota_us, cap.period_us)
         moved = sum(move(group.path, proc.pid) for proc in procs)
     except CpuQuotaError as e:
         logger.warning("could not cap the dashboard's CPU: %s", e)

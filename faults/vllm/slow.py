@@ -12,7 +12,8 @@ by one of two mechanisms:
 
 ``auto`` picks ``cgroup`` where it is available.
 
-The quota rule: ``quota = period * cores / slowdown`` (at least the kernel's 1,000 us), where
+The quota rule: ``quota = period * cores / slowdown`` in a QUOTA_PERIOD_US period (lengthened
+where the quota would fall below the kernel's 1,000 us), where
 ``cores`` is the replica's own CPU use while it generates, measured over the speed probes sent
 before acting (CPU seconds of its processes / the probes' end-to-end seconds). A quota caps
 CPU time, so a slowdown of N needs a cap N times below what the replica used. The machine's
@@ -94,6 +95,12 @@ logger = logging.getLogger(__name__)
 
 NAME = "vllm.slow_engine"
 MECHANISMS = ("auto", "cgroup", "duty_cycle")
+# The quota's period. The kernel's default 100 ms lets a throttled group spend its whole quota
+# at the start of each period, so a request needing less CPU than one quota runs at full speed
+# and then waits out the period: short requests were slowed anywhere from not at all to the
+# asked factor. In 10 ms periods the burst is a tenth as long, and every request is slowed
+# about the same.
+QUOTA_PERIOD_US = 10_000
 # The duty cycle's period: short enough that a request sees a steady slow stream rather than
 # pauses, long enough that the two signals per process per period cost little.
 DUTY_PERIOD_S = 0.1
@@ -517,13 +524,14 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             cores, basis = min(float(measured), machine), "measured"
         else:
             cores, basis = machine, "cpu_count"
-        quota = cpu_quota.quota_us(params.slowdown, cores)
+        share = cpu_quota.bandwidth(params.slowdown, cores, QUOTA_PERIOD_US)
+        quota = share.quota_us
         name = cpu_quota.slow_group_name(handle.env, handle.id)
         state["cgroup"] = {
             "path": str(controller.root / name),
             "relative": f"/{name}",
             "quota_us": quota,
-            "period_us": cpu_quota.DEFAULT_PERIOD_US,
+            "period_us": share.period_us,
             "cores": round(cores, 3),
             "cores_basis": basis,
         }
@@ -531,7 +539,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         ledger.record(handle)
         moved: list[int] = []
         try:
-            group = cpu_quota.create_group(controller, name, quota)
+            group = cpu_quota.create_group(controller, name, quota, share.period_us)
             for entry in state["processes"]:
                 proc = same_process(entry)
                 if proc is None or not cpu_quota.move(group.path, proc.pid):
@@ -568,7 +576,7 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
             pid_list(moved),
             state["cgroup"]["path"],
             quota,
-            cpu_quota.DEFAULT_PERIOD_US,
+            share.period_us,
             state["cgroup"]["cores"],
             basis,
         )
@@ -588,25 +596,35 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         if not before or not during or before / during >= required:
             return
         group = state["cgroup"]
-        quota = max(cpu_quota.MIN_QUOTA_US, int(group["quota_us"] * (before / during) / params.slowdown))
-        if quota >= group["quota_us"]:
+        # The share of a core the quota grants, cut by the shortfall.
+        tighter = cpu_quota.bandwidth(
+            params.slowdown / (before / during), group["quota_us"] / group["period_us"], QUOTA_PERIOD_US
+        )
+        if tighter.quota_us / tighter.period_us >= group["quota_us"] / group["period_us"]:
             return
+        quota = tighter.quota_us
         try:
-            cpu_quota.set_quota(cpu_quota.CpuGroup(_controller(state), group["relative"].lstrip("/")), quota)
+            cpu_quota.set_quota(
+                cpu_quota.CpuGroup(_controller(state), group["relative"].lstrip("/")),
+                quota,
+                tighter.period_us,
+            )
         except CpuQuotaError as e:
             logger.warning("%s [%s]: could not tighten the quota: %s", self.name, handle.id, e)
             return
         logger.info(
-            "%s [%s]: %s: %.2fx slower with %d us; quota now %d us per %d us",
+            "%s [%s]: %s: %.2fx slower with %d us per %d us; quota now %d us per %d us",
             self.name,
             handle.id,
             state["replica"],
             before / during,
             group["quota_us"],
-            quota,
             group["period_us"],
+            quota,
+            tighter.period_us,
         )
         group["first_quota_us"], group["quota_us"] = group["quota_us"], quota
+        group["first_period_us"], group["period_us"] = group["period_us"], tighter.period_us
         ledger.record(handle)
         state["speed_during"] = measure_speed(state["url"], state["model"], state["processes"])
 

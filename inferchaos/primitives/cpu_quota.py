@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,8 +34,10 @@ logger = logging.getLogger(__name__)
 # The kernel's default CFS period; 100 ms is long enough that the bookkeeping costs nothing
 # and short enough that a throttled process looks slow rather than frozen.
 DEFAULT_PERIOD_US = 100_000
-# The smallest quota the kernel accepts (cpu.cfs_quota_us and cpu.max both refuse less).
+# The smallest quota the kernel accepts (cpu.cfs_quota_us and cpu.max both refuse less), and
+# the longest period.
 MIN_QUOTA_US = 1_000
+MAX_PERIOD_US = 1_000_000
 V1_QUOTA = "cpu.cfs_quota_us"
 V1_PERIOD = "cpu.cfs_period_us"
 V2_MAX = "cpu.max"
@@ -121,16 +124,27 @@ def cpu_quota_available(root: Path | None = None) -> tuple[CpuController | None,
     return controller, ""
 
 
-def quota_us(slowdown: float, cores: float, period_us: int = DEFAULT_PERIOD_US) -> int:
-    """The quota that leaves processes using ``cores`` of CPU ``slowdown`` times less, at least MIN_QUOTA_US.
+@dataclass(frozen=True)
+class Bandwidth:
+    """A CFS quota and the period it is granted in, both in microseconds."""
+
+    quota_us: int
+    period_us: int
+
+
+def bandwidth(slowdown: float, cores: float, period_us: int = DEFAULT_PERIOD_US) -> Bandwidth:
+    """The quota that leaves processes using ``cores`` of CPU ``slowdown`` times less, per ``period_us``.
 
     A quota is CPU time per period summed over cores, so ``cores`` full cores take
     ``period_us * cores`` per period; a ``slowdown`` times smaller quota makes CPU-bound work
-    take ``slowdown`` times longer.
+    take ``slowdown`` times longer. Where that quota is below the kernel's MIN_QUOTA_US, the
+    period is lengthened (up to MAX_PERIOD_US) until it is not, so the share stays the one asked.
     """
     if not slowdown > 0 or not cores > 0 or period_us <= 0:
         raise ValueError(f"slowdown, cores and period must be positive, got {slowdown}, {cores}, {period_us}")
-    return max(MIN_QUOTA_US, int(period_us * cores / slowdown))
+    share = cores / slowdown
+    period = min(MAX_PERIOD_US, max(period_us, math.ceil(MIN_QUOTA_US / share)))
+    return Bandwidth(max(MIN_QUOTA_US, int(period * share)), period)
 
 
 def _write(path: Path, value: str) -> None:

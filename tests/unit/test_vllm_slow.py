@@ -27,7 +27,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.faults.vllm import slow
 from inferchaos.faults.vllm.replica_processes import process_state
-from inferchaos.faults.vllm.slow import DutyCycle, SlowEngine, SlowEngineParams, duty_phases
+from inferchaos.faults.vllm.slow import QUOTA_PERIOD_US, DutyCycle, SlowEngine, SlowEngineParams, duty_phases
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue
 from inferchaos.primitives import cpu_quota
@@ -146,26 +146,31 @@ def test_an_unknown_replica_is_refused_listing_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    ("slowdown", "cores", "period", "quota"),
+    ("slowdown", "cores", "period", "quota", "granted_period"),
     [
-        (10, 2, 100_000, 20_000),
-        (10, 1, 100_000, 10_000),
-        (4, 1.5, 100_000, 37_500),
-        (2.5, 1, 50_000, 20_000),
-        (1000, 1, 100_000, 1_000),  # the kernel's smallest quota
-        (10, 0.05, 100_000, 1_000),
+        (10, 2, 100_000, 20_000, 100_000),
+        (10, 1, 100_000, 10_000, 100_000),
+        (4, 1.5, 100_000, 37_500, 100_000),
+        (2.5, 1, 50_000, 20_000, 50_000),
+        (10, 1.05, 10_000, 1_050, 10_000),
+        # Below the kernel's smallest quota, the period grows so the share stays the one asked.
+        (10, 0.5, 10_000, 1_000, 20_000),
+        (10, 0.05, 100_000, 1_000, 200_000),
+        (1000, 1, 100_000, 1_000, 1_000_000),
+        # Past the longest period the smallest quota is all there is.
+        (10_000, 1, 100_000, 1_000, 1_000_000),
     ],
 )
 def test_the_quota_is_the_cores_used_per_period_divided_by_the_slowdown(
-    slowdown: float, cores: float, period: int, quota: int
+    slowdown: float, cores: float, period: int, quota: int, granted_period: int
 ) -> None:
-    assert cpu_quota.quota_us(slowdown, cores, period) == quota
+    assert cpu_quota.bandwidth(slowdown, cores, period) == cpu_quota.Bandwidth(quota, granted_period)
 
 
 @pytest.mark.parametrize(("slowdown", "cores"), [(0, 1), (10, 0), (-1, 2)])
 def test_the_quota_rule_refuses_what_makes_no_quota(slowdown: float, cores: float) -> None:
     with pytest.raises(ValueError, match="must be positive"):
-        cpu_quota.quota_us(slowdown, cores)
+        cpu_quota.bandwidth(slowdown, cores)
 
 
 @pytest.mark.parametrize(
@@ -639,10 +644,11 @@ def test_cgroup_throttles_the_replica_and_revert_moves_every_process_back(tree: 
         assert path.parent == REAL_CPU.root and path.name == f"inferchaos-fake-local-slow-{handle.id}"
         assert set(_cgroups(tree.pids).values()) == {group["relative"]}
         assert sorted(cpu_quota.group_pids(path)) == sorted(tree.pids)
-        assert cpu_quota.read_quota(path, REAL_CPU.version) == (group["quota_us"], 100_000)
+        assert cpu_quota.read_quota(path, REAL_CPU.version) == (group["quota_us"], group["period_us"])
         assert group["cores_basis"] == "measured"
         first = group.get("first_quota_us", group["quota_us"])
-        assert first == cpu_quota.quota_us(10, group["cores"])
+        asked = cpu_quota.bandwidth(10, group["cores"], QUOTA_PERIOD_US)
+        assert (first, group.get("first_period_us", group["period_us"])) == (asked.quota_us, asked.period_us)
         assert group["quota_us"] <= first, "a quota is only ever tightened"
         (entry,) = Ledger(tmp_path / "ledger").entries()
         assert entry.state["cgroup"]["path"] == str(path)
@@ -680,13 +686,18 @@ def test_a_quota_that_slowed_the_replica_too_little_is_tightened_by_the_shortfal
     try:
         state, path = handle.state, Path(handle.state["cgroup"]["path"])
         # As a fresh-clone run measured it: 1/10 of the measured use, only 4x slower.
-        quota = state["cgroup"]["quota_us"]
+        quota, period = state["cgroup"]["quota_us"], state["cgroup"]["period_us"]
         short = {**state["speed_during"], "tokens_per_s": state["speed_before"]["tokens_per_s"] / 4}
         state["speed_during"] = short
         fault._tighten_if_short(params, handle, ledger)
         assert state["cgroup"]["first_quota_us"] == quota
-        assert state["cgroup"]["quota_us"] == max(cpu_quota.MIN_QUOTA_US, int(quota * 4 / 10))
-        assert cpu_quota.read_quota(path, REAL_CPU.version) == (state["cgroup"]["quota_us"], 100_000)
+        tighter = cpu_quota.bandwidth(10 / 4, quota / period, QUOTA_PERIOD_US)
+        assert (state["cgroup"]["quota_us"], state["cgroup"]["period_us"]) == (
+            tighter.quota_us,
+            tighter.period_us,
+        )
+        assert tighter.quota_us / tighter.period_us == pytest.approx(quota / period * 4 / 10, rel=0.01)
+        assert cpu_quota.read_quota(path, REAL_CPU.version) == (tighter.quota_us, tighter.period_us)
         (entry,) = ledger.entries()
         assert entry.state["cgroup"]["quota_us"] == state["cgroup"]["quota_us"], (
             "the ledger holds what is applied"
