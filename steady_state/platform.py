@@ -564,8 +564,9 @@ class PlatformFailure:
         }
 
 
-def _first_sign(timeline: Timeline, replica: str | None, window: PhaseWindow) -> float:
-    """The first reading in ``window`` showing trouble with ``replica`` (or the front door)."""
+def _own_sign(timeline: Timeline, replica: str | None, window: PhaseWindow) -> float | None:
+    """The first reading in ``window`` showing trouble with ``replica`` itself (for None, with
+    the front door: any reading), or None where there is none."""
     for row in sorted(timeline.rows, key=lambda r: r.t):
         if not window.contains(row.t):
             continue
@@ -576,7 +577,13 @@ def _first_sign(timeline: Timeline, replica: str | None, window: PhaseWindow) ->
             return row.t
         if row.ok and row.probe in ("canary.success", "vllm.healthy") and row.value == 0:
             return row.t
-    return window.start
+    return None
+
+
+def _first_sign(timeline: Timeline, replica: str | None, window: PhaseWindow) -> float:
+    """The first reading in ``window`` showing trouble with ``replica`` (or the front door)."""
+    at = _own_sign(timeline, replica, window)
+    return window.start if at is None else at
 
 
 def platform_failure(
@@ -602,8 +609,15 @@ def platform_failure(
     def replica_of(result: SloResult) -> str | None:
         return spec.by_name(result.name).labels.get("replica")
 
-    # Within a phase, a failure that names its replica says more than the front door's.
-    for result in sorted(candidates, key=lambda r: (order.get(r.phase, 3), replica_of(r) is None)):
+    def rank(result: SloResult) -> tuple[int, bool, bool]:
+        # Within a phase, a failure that names its replica says more than the front door's, and
+        # one with a sign of its own more than one failed only by requests no replica answered
+        # for (those count against every replica: evaluation.UNATTRIBUTED_FAILURES).
+        replica, window = replica_of(result), windows.get(Phase(result.phase))
+        unsigned = replica is not None and window is not None and _own_sign(timeline, replica, window) is None
+        return order.get(result.phase, 3), replica is None, unsigned
+
+    for result in sorted(candidates, key=rank):
         replica = replica_of(result)
         if replica is not None and replica in state.allows.replicas:
             continue

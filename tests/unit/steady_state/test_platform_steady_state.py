@@ -157,6 +157,41 @@ def test_a_replica_frozen_for_good_at_the_revert_fails_recovery_and_is_named(syn
     assert triage_failure(timeline, failure, {}).layer == "vllm"
 
 
+def test_a_replica_frozen_whole_at_the_revert_is_named_not_its_peer(synth: Synth) -> None:
+    """replica-1's whole process group is frozen from the revert on: its server answers no read,
+    and its requests fail before the front door can say whose they were. Those failures count
+    against replica-0's serves_after too, but the failure named is replica-1's."""
+    frozen = 30
+    canary = [
+        Row(row.t, row.probe, {}, row.value)
+        if row.probe == "canary.success" and row.value == 0 and row.labels.get("replica") == "replica-1"
+        else row
+        for row in canary_rows(synth, lambda t, r: None if r == "replica-1" and t >= frozen else 1.0)
+    ]
+    platform = [
+        r
+        for r in platform_rows(synth)
+        if not (r.probe == "vllm.healthy" and r.labels["replica"] == "replica-1")
+    ]
+    reads = [
+        Row(synth.t0 + t, "vllm.healthy", {"replica": "replica-1"}, 1.0)
+        if t < frozen
+        else Row(synth.t0 + t, "vllm.healthy", {"replica": "replica-1"}, float("nan"), "TimeoutError")
+        for t in range(END + 1)
+    ]
+    timeline = synth.timeline(canary, platform, reads, **MARKS)
+    spec, evaluation = judge(timeline)
+    assert {"platform.replica-0.serves_after", "platform.replica-1.serves_after"} <= failed(evaluation)
+    failure = platform_failure(
+        timeline,
+        spec,
+        evaluation.slos,  # type: ignore[attr-defined]
+        PlatformSteadyState(TIMEOUT_S),
+        evaluation.recovery.failing_at_end,  # type: ignore[attr-defined]
+    )
+    assert failure is not None and (failure.replica, failure.phase) == ("replica-1", "recovery")
+
+
 def test_a_request_stuck_in_the_hold_fails_it_before_it_times_out(synth: Synth) -> None:
     """A request sent into a hung replica waits in the hold: the stall detector fires there."""
     timeline = run(synth, lambda t, r: None if r == "replica-0" and 31.0 <= t < 31.5 else 1.0)
