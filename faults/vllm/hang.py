@@ -162,9 +162,14 @@ class HangEngine(LocalProcessFault[HangEngineParams]):
 
     def _plan(self, env: RayProcessEnvironment, params: HangEngineParams) -> Planned:
         target, others = self._replica(env, params)
-        found = records(processes_to_stop(params.what, target.vllm_pid))
+        try:
+            found = records(processes_to_stop(params.what, target.vllm_pid))
+        except FaultError as e:
+            # Listed healthy, yet its server is gone: Serve is replacing it. As for a replica
+            # listed starting, nothing is touched and the run ends before it begins.
+            raise ConfigError(f"{self.name}: {target.name} is being replaced ({e}); nothing to freeze") from e
         if not found:
-            raise FaultError(f"{self.name}: {target.name}: every process to stop ended while it was read")
+            raise ConfigError(f"{self.name}: {target.name}: every process to stop ended while it was read")
         pids = [int(r["pid"]) for r in found]
         if os.getpid() in pids:
             raise ConfigError(

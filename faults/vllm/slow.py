@@ -394,8 +394,10 @@ class SlowEngine(LocalProcessFault[SlowEngineParams]):
         )
         found = records(process_group(target.vllm_pid))
         if not found:
-            raise FaultError(
-                f"{self.name}: {target.name}: no live process in the vLLM server's process group"
+            # Listed healthy, yet its server is gone: Serve is replacing it (as hang_engine's plan).
+            raise ConfigError(
+                f"{self.name}: {target.name} is being replaced (no live process in its vLLM server's "
+                f"process group {target.vllm_pid}); nothing to slow"
             )
         pids = [int(r["pid"]) for r in found]
         if os.getpid() in pids:

@@ -100,6 +100,14 @@ def test_plan_refuses_a_replica_that_is_not_healthy() -> None:
         HangEngine().plan(env, {"replica": "replica-0"})
 
 
+@pytest.mark.parametrize("what", ["all", "server", "engine"])
+def test_plan_refuses_a_replica_listed_healthy_whose_server_is_gone_as_bad_input(what: str) -> None:
+    # Serve replacing the replica: its record still reads healthy, its server has ended.
+    env = FakeReplicaEnv.around(999_999, "http://127.0.0.1:1", others=("healthy",))
+    with pytest.raises(ConfigError, match="replica-0 is being replaced .*; nothing to freeze"):
+        HangEngine().plan(env, {"replica": "replica-0", "what": what})
+
+
 def test_plan_refuses_the_only_healthy_replica_unless_a_total_outage_is_allowed(tree: Tree) -> None:
     env = tree.env(others=("starting",))
     with pytest.raises(ConfigError, match="replica-0 is the only healthy replica; set allow_total_outage"):
