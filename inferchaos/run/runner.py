@@ -835,7 +835,7 @@ class Runner:
                 self.platform(),
                 recovery.blocked_by if recovery and not recovery.recovered else (),
             )
-            if (status is Status.FAILED and not reason.startswith(NO_EFFECT)) or stopped
+            if status is Status.FAILED or stopped
             else None
         )
         if failure is None and stopped and state.stop is not None:
@@ -846,6 +846,10 @@ class Runner:
             # Without a replica to single out, a failure after the injection is the fault's own
             # business as far as triage can tell: the scenario's triage names it.
             failure = None
+        if failure is not None and reason.startswith(NO_EFFECT):
+            # A bite that checks the rest of the platform (the other replicas stay healthy) fails
+            # where something else broke meanwhile: the run fails on that, not on the fault.
+            reason = f"the platform failed beside the fault, whose bite could not be judged ({reason})"
         if status is Status.FAILED and recovery is not None and NO_DETECTOR_FIRING in recovery.failing_at_end:
             last = [
                 f for f in firing if recovery is not None and f.t >= (timeline.marks.get(Mark.REVERTED) or 0)

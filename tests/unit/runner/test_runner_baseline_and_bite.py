@@ -11,7 +11,16 @@ from inferchaos.errors import EnvironmentError_
 from inferchaos.faults.ledger import Ledger
 from inferchaos.reports.verdict_schema import Status
 from inferchaos.run.runner import RunOptions, run_experiment
-from tests.fakes.scripted_world import DEFAULT_SLOS, FakeEnv, RunResult, make_spec, run_fake_experiment
+from tests.fakes.scripted_world import (
+    DEFAULT_SLOS,
+    HEALTHY,
+    FakeEnv,
+    FaultScript,
+    RunResult,
+    World,
+    make_spec,
+    run_fake_experiment,
+)
 
 pytestmark = pytest.mark.long_running
 
@@ -116,3 +125,19 @@ def test_a_baseline_with_nothing_to_scale_an_slo_from_samples_on_for_one_more_ba
 
 def test_a_baseline_with_something_to_scale_every_slo_from_does_not_wait(passed_run: RunResult) -> None:
     assert not any("nothing yet to scale" in line for line in passed_run.progress), passed_run.progress
+
+
+def test_a_bite_spoiled_by_another_replica_breaking_fails_naming_that_replica(
+    tmp_path: Path, private_home: Path
+) -> None:
+    """The fault's bite asks that the other replicas stay healthy; replica-0, which the scenario
+    does not allow out, stopped answering meanwhile. The run fails on that failure, naming the
+    replica and its layer, not on a fault that did not bite."""
+    spec = make_spec(tmp_path / "scenario.yaml")
+    world = World(baseline={**HEALTHY, "vllm.healthy": 1.0}, during={"vllm.healthy": 0.0})
+    script = FaultScript(bites=False, reason="the other replicas did not stay healthy")
+    verdict = run_fake_experiment(spec, tmp_path / "run", world=world, script=script).verdict
+    assert verdict.status is Status.FAILED
+    assert verdict.reason.startswith("the platform failed beside the fault"), verdict.reason
+    assert "not injected by the scenario: replica-0" in verdict.reason, verdict.reason
+    assert verdict.triage is not None and verdict.triage.layer == "vllm", verdict.triage
