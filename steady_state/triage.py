@@ -136,7 +136,7 @@ RULES: tuple[Rule, ...] = (
     # as much as its tokens on this tiny model and does not slow, so end-to-end times put a
     # tenfold-slowed replica at 3.6-4.2 x its peer, against 2.1 x for a healthy one beside a
     # restarting controller. Both comparisons, because a busy machine slows every replica.
-    # Data (2026-12-07, 1 healthy serve_controller_loss + 4 slow_replica control runs): healthy 0.96 x the replicas' before, 2.35 x its peer; control 14.5-17.8 x (end to end 8.3-11.9 x).
+    # Data (2026-12-07, 1 healthy + 4 control runs): healthy 0.96 x, 2.35 x its peer; control 14.5-17.8 x.
     Rule(
         Layer.VLLM,
         "canary.itl_s",
