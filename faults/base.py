@@ -86,6 +86,11 @@ class FaultHandle:
     state: dict[str, Any] = field(default_factory=dict)
 
 
+# The evidence timestamp of a fault that saw Ray mark the node it acted on DEAD: Ray's node
+# counts are then the fault's own symptom (a partition that outlived the node-death budget).
+NODE_DEAD_AT = "node_dead_at"
+
+
 @dataclass
 class Evidence:
     """Whether the fault bit, shown by user-visible symptoms, plus ground-truth timestamps."""

@@ -44,7 +44,7 @@ from inferchaos.steady_state.evaluation import (
 )
 from inferchaos.steady_state.slo import BaselineScale, Op, Phase, RecoverySpec, Slo, SloSpec
 from inferchaos.steady_state.timeline import Row, Timeline
-from inferchaos.steady_state.triage import RULES, Match, Rule, TriageResult, match_rule, triage
+from inferchaos.steady_state.triage import RULES, Condition, Match, Rule, TriageResult, match_rule, triage
 
 logger = logging.getLogger(__name__)
 
@@ -679,6 +679,27 @@ def healed_replicas(timeline: Timeline, state: PlatformSteadyState, steady_at: f
     return healed
 
 
+def failure_beside(timeline: Timeline, state: PlatformSteadyState, until: float) -> PlatformFailure | None:
+    """The first replica the scenario does not allow out that failed after the injection (its
+    server stopped answering, or a request of its failed), though every platform SLO held: the
+    platform put it right before a window judged it. Where the fault's bite could not be judged
+    (it checks that the other replicas stay healthy), the run fails on this replica."""
+    failed = healed_replicas(timeline, state, until)
+    if not failed:
+        return None
+    replica, at = min(failed.items(), key=lambda item: item[1])
+    windows = phase_windows(timeline)
+    during = windows.get(Phase.DURING)
+    phase = Phase.DURING if during is not None and during.contains(at) else Phase.RECOVERY
+    return PlatformFailure(
+        f"{PREFIX}{replica}.answers_{'during' if phase is Phase.DURING else 'after'}",
+        phase.value,
+        replica,
+        at,
+        f"{replica} stopped serving, outside what the fault may take out; the platform replaced or healed it",
+    )
+
+
 @dataclass(frozen=True)
 class FaultSymptom:
     """The reading that named the scenario's own fault: a rule's probe and condition on one series."""
@@ -713,12 +734,17 @@ def fault_symptoms(
     end: float,
     thresholds: Mapping[str, float],
     named: TriageResult | None,
+    lost_a_node: bool = False,
 ) -> tuple[FaultSymptom, ...]:
     """The readings that show the scenario's own fault between ``start`` (its injection) and
     ``end``: the first of its own layer's triage rules to match, and what the scenario's triage
     named where that is the fault's layer. A triage that named another layer named a failure
     the fault did not cause (a replica that hung beside a lost node): leaving that out of
-    :func:`triage_failure` would hide the very failure it is asked about."""
+    :func:`triage_failure` would hide the very failure it is asked about.
+
+    ``lost_a_node``: the fault's own evidence saw Ray mark the node it acted on DEAD (a
+    partition longer than Ray's node-death budget). Ray's node counts are then the fault's
+    symptom too, whatever layer the fault is in."""
     own_rules = [rule for rule in RULES if rule.layer.value == fault_layer]
     found = triage(
         timeline,
@@ -732,6 +758,8 @@ def fault_symptoms(
     symptoms = [s for s in (FaultSymptom.of(found),) if s is not None]
     if named is not None and named.layer == fault_layer and (symptom := FaultSymptom.of(named)) is not None:
         symptoms.append(symptom)
+    if lost_a_node:
+        symptoms.append(FaultSymptom(NODE_LOSS_PROBES[0], Condition.RISING.value))
     return tuple(symptoms)
 
 

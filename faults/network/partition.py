@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.faults.base import (
+    NODE_DEAD_AT,
     Evidence,
     FaultHandle,
     JsonObject,
@@ -304,6 +305,6 @@ class PartitionNode(TypedFault[PartitionNodeParams, NetworkEnvironment]):
             else f"{s['node_name']} still reached the head after the cut (or never did before it)"
         )
         times = set_times(
-            {"injected_at": handle.injected_at, "node_dead_at": dead_at, "healed_at": s.get("healed_at")}
+            {"injected_at": handle.injected_at, NODE_DEAD_AT: dead_at, "healed_at": s.get("healed_at")}
         )
         return Evidence(bit=cut, reason=reason, symptoms=symptoms, timestamps=times)

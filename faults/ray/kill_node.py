@@ -15,7 +15,15 @@ from dataclasses import dataclass
 import httpx
 
 from inferchaos.errors import ConfigError
-from inferchaos.faults.base import Evidence, FaultHandle, JsonObject, Planned, replica_name, wait_until
+from inferchaos.faults.base import (
+    NODE_DEAD_AT,
+    Evidence,
+    FaultHandle,
+    JsonObject,
+    Planned,
+    replica_name,
+    wait_until,
+)
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.local_process import LocalProcessFault
 from inferchaos.faults.registry import register
@@ -171,7 +179,7 @@ class KillNode(LocalProcessFault[KillNodeParams]):
         }
         timestamps = {
             "killed_at": handle.state["killed_at"],
-            **({"node_dead_at": handle.state["node_dead_at"]} if handle.state.get("node_dead_at") else {}),
+            **({NODE_DEAD_AT: handle.state["node_dead_at"]} if handle.state.get("node_dead_at") else {}),
         }
         for name in handle.state["replicas"]:
             rec = records.get(name)

@@ -26,7 +26,7 @@ from inferchaos.errors import (
     PlatformDidNotRecover,
     Unsupported,
 )
-from inferchaos.faults.base import Evidence, Fault, FaultHandle, FaultPlan
+from inferchaos.faults.base import NODE_DEAD_AT, Evidence, Fault, FaultHandle, FaultPlan
 from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import get_fault
 from inferchaos.primitives.alert_rules import CLUSTER, alerts_for
@@ -74,6 +74,7 @@ from inferchaos.steady_state.platform import (
     PlatformSteadyState,
     declaration,
     detector_evolution,
+    failure_beside,
     fault_symptoms,
     healed_replicas,
     is_platform,
@@ -842,6 +843,10 @@ class Runner:
             failure = stop_condition_failure(
                 timeline, str(state.stop["name"]), str(state.stop["reason"]), self.platform()
             )
+        if failure is None and status is Status.FAILED and reason.startswith(NO_EFFECT):
+            # Serve may replace a replica it lost before any window judged it, yet the bite,
+            # which checks the other replicas, read it down: the run fails on that replica.
+            failure = failure_beside(timeline, self.platform(), time.time())
         if failure is not None and failure.replica is None and failure.phase != Phase.BASELINE.value:
             # Without a replica to single out, a failure after the injection is the fault's own
             # business as far as triage can tell: the scenario's triage names it.
@@ -901,6 +906,7 @@ class Runner:
                     (reverted or time.time()) + 5.0,
                     triage_thresholds(spec),
                     triage_result,
+                    lost_a_node=_lost_a_node(state.evidence_during, state.evidence_after),
                 )
                 if handle is not None and injected is not None
                 else ()
@@ -1090,6 +1096,11 @@ def triage_thresholds(spec: ExperimentSpec) -> dict[str, float]:
 
     need = spec.fault.params.get("replica_need_bytes") or DEFAULT_REPLICA_NEED_BYTES
     return {"device.free_bytes": float(need)}
+
+
+def _lost_a_node(*evidence: Evidence | None) -> bool:
+    """Whether the fault's own evidence saw Ray mark the node it acted on DEAD."""
+    return any(e is not None and e.timestamps.get(NODE_DEAD_AT) is not None for e in evidence)
 
 
 def _merge_evidence(during: Evidence | None, after: Evidence | None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from inferchaos.steady_state.platform import (
     PlatformSteadyState,
     detector_evolution,
     ensure_platform_is_valid,
+    failure_beside,
     fault_symptoms,
     healed_replicas,
     judged_again,
@@ -511,6 +512,80 @@ def test_a_link_slowed_since_before_the_fault_answers_for_a_replica_that_fails_a
     )
     result = triage_failure(timeline, failure, {}, symptoms)
     assert (result.layer, result.evidence["labels"]) == ("network", {"node": "node-b"}), result
+
+
+def test_a_node_the_fault_lost_itself_does_not_answer_for_a_replica_that_froze_beside_it(
+    synth: Synth,
+) -> None:
+    """A partition cuts node-a, under replica-0, from +10; Ray marks node-a DEAD at +20, as the
+    partition outlives its node-death budget. replica-1, which the scenario does not allow out,
+    freezes at +12. The partition's evidence saw its own node die: the lost node is the fault's
+    symptom and the frozen replica is its engine's failure, not Ray's."""
+    n = END + 1
+    rows = [r for r in platform_rows(synth) if r.probe != "ray.nodes_alive"]
+    rows += [
+        *synth.rows("ray.nodes_alive", [2.0 if 20 <= t < 50 else 3.0 for t in range(n)]),
+        *synth.rows("ray.nodes_dead", [1.0 if t >= 20 else 0.0 for t in range(n)]),
+        *synth.rows(
+            "network.node_reachable",
+            [0.0 if 10 <= t < 30 else 1.0 for t in range(n)],
+            labels={"node": "node-a"},
+        ),
+    ]
+    unanswered = synth.error_rows(
+        "vllm@replica-1",
+        range(12, 40),
+        "TimeoutError: no answer within 0.8 s",
+        labels={"replica": "replica-1"},
+    )
+    rows = [
+        r
+        for r in rows
+        if not (r.probe == "vllm.healthy" and r.labels == {"replica": "replica-1"} and r.t >= synth.t0 + 12)
+    ]
+    timeline = synth.timeline(
+        canary_rows(synth, lambda t, r: None if r == "replica-1" and t >= 12 else 1.0),
+        rows,
+        unanswered,
+        **MARKS,
+    )
+    failure = PlatformFailure(
+        "platform.replica-1.answers_during", "during", "replica-1", synth.t0 + 12, "no answer"
+    )
+    lost = fault_symptoms(timeline, "network", synth.t0 + 10, synth.t0 + 35, {}, None, lost_a_node=True)
+    assert triage_failure(timeline, failure, {}, lost).layer == "vllm"
+    # A partition that lost no node of its own leaves a node Ray marked DEAD to answer for it.
+    kept = fault_symptoms(timeline, "network", synth.t0 + 10, synth.t0 + 35, {}, None)
+    assert triage_failure(timeline, failure, {}, kept).layer == "ray"
+
+
+def test_a_replica_replaced_before_any_window_judged_it_is_the_failure_beside_the_fault(synth: Synth) -> None:
+    """replica-0, which the scenario does not allow out, stops answering at +25 and is replaced
+    by +30: every platform SLO holds, as a window tolerates that much. It is still the failure
+    beside the fault, named with its phase and traced to its engine; replica-1, which the
+    scenario allows out, never is, and a healthy run has none."""
+    gone = range(25, 30)
+    rows = [
+        r
+        for r in platform_rows(synth)
+        if not (r.probe == "vllm.healthy" and r.labels == {"replica": "replica-0"} and r.t - synth.t0 in gone)
+    ]
+    unanswered = synth.error_rows(
+        "vllm@replica-0", gone, "TimeoutError: no answer within 0.8 s", labels={"replica": "replica-0"}
+    )
+    timeline = synth.timeline(canary_rows(synth, healthy), rows, unanswered, **MARKS)
+    allows = frozenset({"replica-1"})
+    state = PlatformSteadyState(TIMEOUT_S, PlatformAllowance(allows))
+    spec, evaluation = judge(timeline, allows)
+    assert not any(name.startswith("platform.") for name in failed(evaluation))
+    assert platform_failure(timeline, spec, evaluation.slos, state, ()) is None  # type: ignore[attr-defined]
+    failure = failure_beside(timeline, state, synth.t0 + END)
+    assert failure is not None
+    assert (failure.replica, failure.phase, failure.at) == ("replica-0", "during", synth.t0 + 25)
+    assert triage_failure(timeline, failure, {}).layer == "vllm"
+    replica_0_allowed = PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-0"})))
+    assert failure_beside(timeline, replica_0_allowed, synth.t0 + END) is None
+    assert failure_beside(run(synth), state, synth.t0 + END) is None
 
 
 def k8s_rows(synth: Synth, *, nodes: Callable[[int], float], vllm_ready: Callable[[int], float]) -> list[Row]:
