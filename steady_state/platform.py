@@ -43,7 +43,7 @@ from inferchaos.steady_state.evaluation import (
     recover,
 )
 from inferchaos.steady_state.slo import BaselineScale, Op, Phase, RecoverySpec, Slo, SloSpec
-from inferchaos.steady_state.timeline import Row, Timeline
+from inferchaos.steady_state.timeline import Mark, Row, Timeline
 from inferchaos.steady_state.triage import RULES, Condition, Match, Rule, TriageResult, match_rule, triage
 
 logger = logging.getLogger(__name__)
@@ -785,6 +785,23 @@ def _about_others(row: Row, replica: str) -> bool:
     return bool(named) and named != replica
 
 
+def _more_nodes_dead_than_the_fault_lost(
+    timeline: Timeline, end: float, fault_symptoms: Sequence[FaultSymptom]
+) -> bool:
+    """Whether Ray counted more nodes DEAD by ``end`` than at the injection plus the one node the
+    fault lost itself (where its symptoms say it lost one)."""
+    injected = timeline.marks.get(Mark.INJECTED)
+    if injected is None:
+        return False
+    lost = 1 if any(s.probe in NODE_LOSS_PROBES for s in fault_symptoms) else 0
+    dead = [(r.t, r.value) for r in timeline.rows if r.probe == NODE_LOSS_PROBES[0] and r.ok]
+    before = [value for t, value in dead if t <= injected]
+    after = [value for t, value in dead if injected < t <= end]
+    if not before or not after:
+        return False
+    return max(after) > before[-1] + lost
+
+
 def triage_failure(
     timeline: Timeline,
     failure: PlatformFailure,
@@ -815,11 +832,15 @@ def triage_failure(
         # own link is left out by ``fault_symptoms``.
         return first if rule.layer is Layer.NETWORK else start
 
+    explained = fault_symptoms
+    if _more_nodes_dead_than_the_fault_lost(timeline, end, fault_symptoms):
+        # The fault lost one node; Ray counts more DEAD since it began: a node lost beside it.
+        explained = [s for s in fault_symptoms if s.probe not in NODE_LOSS_PROBES]
     matches = [
         m
         for rule in RULES
         if (m := match_rule(rule, view, start, end, since(rule), thresholds))
-        and not any(symptom.explains(m) for symptom in fault_symptoms)
+        and not any(symptom.explains(m) for symptom in explained)
     ]
     order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}
 

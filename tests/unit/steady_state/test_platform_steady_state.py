@@ -557,6 +557,11 @@ def test_a_node_the_fault_lost_itself_does_not_answer_for_a_replica_that_froze_b
     # A partition that lost no node of its own leaves a node Ray marked DEAD to answer for it.
     kept = fault_symptoms(timeline, "network", synth.t0 + 10, synth.t0 + 35, {}, None)
     assert triage_failure(timeline, failure, {}, kept).layer == "ray"
+    # Nor does one node lost explain a second: replica-1's node dies too, at +14.
+    second = [r for r in timeline.rows if r.probe != "ray.nodes_dead"]
+    second += synth.rows("ray.nodes_dead", [0.0 if t < 14 else 1.0 if t < 20 else 2.0 for t in range(n)])
+    both = synth.timeline(second, **MARKS)
+    assert triage_failure(both, failure, {}, lost).layer == "ray"
 
 
 def test_a_replica_replaced_before_any_window_judged_it_is_the_failure_beside_the_fault(synth: Synth) -> None:
