@@ -832,6 +832,14 @@ def triage_failure(
         # own link is left out by ``fault_symptoms``.
         return first if rule.layer is Layer.NETWORK else start
 
+    def window_start(rule: Rule) -> float:
+        # A node lost while the fault acted still holds its replica out where the replica's
+        # failed SLO is a later phase's (the recovery): a node DEAD since the injection answers
+        # for it, unless the fault lost it itself (``fault_symptoms``).
+        if rule.probe in NODE_LOSS_PROBES:
+            return min(timeline.marks.get(Mark.INJECTED, start), start)
+        return start
+
     explained = fault_symptoms
     if _more_nodes_dead_than_the_fault_lost(timeline, end, fault_symptoms):
         # The fault lost one node; Ray counts more DEAD since it began: a node lost beside it.
@@ -839,7 +847,7 @@ def triage_failure(
     matches = [
         m
         for rule in RULES
-        if (m := match_rule(rule, view, start, end, since(rule), thresholds))
+        if (m := match_rule(rule, view, window_start(rule), end, since(rule), thresholds))
         and not any(symptom.explains(m) for symptom in explained)
     ]
     order = {layer: index for index, layer in enumerate(TRIAGE_ORDER)}

@@ -564,6 +564,30 @@ def test_a_node_the_fault_lost_itself_does_not_answer_for_a_replica_that_froze_b
     assert triage_failure(both, failure, {}, lost).layer == "ray"
 
 
+def test_a_node_lost_while_the_fault_acted_answers_for_its_replica_failing_in_recovery(synth: Synth) -> None:
+    """A device fault, which loses no node; replica-0's node dies at +12, while it acts. The
+    first failed SLO of replica-0 is a recovery one (first sign at +31, long after the node
+    went): the node lost since the injection answers for it, not replica-0's engine."""
+    n = END + 1
+    rows = [r for r in platform_rows(synth) if r.probe not in ("ray.nodes_alive", "vllm.healthy")]
+    rows += [
+        *synth.rows("ray.nodes_alive", [2.0 if t >= 12 else 3.0 for t in range(n)]),
+        *synth.rows("ray.nodes_dead", [1.0 if t >= 12 else 0.0 for t in range(n)]),
+        *synth.rows("vllm.healthy", [1.0] * n, labels={"replica": "replica-1"}),
+        *synth.rows(
+            "vllm.healthy", [1.0 if t < 12 else 0.0 for t in range(n)], labels={"replica": "replica-0"}
+        ),
+    ]
+    timeline = synth.timeline(
+        canary_rows(synth, lambda t, r: None if r == "replica-0" and t >= 12 else 1.0), rows, **MARKS
+    )
+    failure = PlatformFailure(
+        "platform.replica-0.serves_after", "recovery", "replica-0", synth.t0 + 31, "min = 0"
+    )
+    symptoms = fault_symptoms(timeline, "device", synth.t0 + 10, synth.t0 + 35, {}, None)
+    assert triage_failure(timeline, failure, {}, symptoms).layer == "ray"
+
+
 def test_a_replica_replaced_before_any_window_judged_it_is_the_failure_beside_the_fault(synth: Synth) -> None:
     """replica-0, which the scenario does not allow out, stops answering at +25 and is replaced
     by +30: every platform SLO holds, as a window tolerates that much. It is still the failure
