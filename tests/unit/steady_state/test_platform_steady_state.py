@@ -95,6 +95,13 @@ def platform_rows(synth: Synth, *, healthy_0: list[float] | None = None) -> list
     ]
 
 
+def unanswered_reads(synth: Synth, replica: str, seconds: range) -> list[Row]:
+    """``replica``'s server reads at ``seconds``, each timed out."""
+    return synth.error_rows(
+        f"vllm@{replica}", seconds, "TimeoutError: no answer within 0.8 s", labels={"replica": replica}
+    )
+
+
 def run(synth: Synth, outcome: Outcome = healthy, **kwargs: list[float]) -> Timeline:
     return synth.timeline(canary_rows(synth, outcome), platform_rows(synth, **kwargs), **MARKS)
 
@@ -498,12 +505,7 @@ def test_a_link_slowed_since_before_the_fault_answers_for_a_replica_that_fails_a
             labels={"node": "node-b"},
         ),
     ]
-    unanswered = synth.error_rows(
-        "vllm@replica-1",
-        range(31, 50),
-        "TimeoutError: no answer within 0.8 s",
-        labels={"replica": "replica-1"},
-    )
+    unanswered = unanswered_reads(synth, "replica-1", range(31, 50))
     timeline = synth.timeline(canary_rows(synth, healthy), platform_rows(synth), links, unanswered, **MARKS)
     symptoms = fault_symptoms(timeline, "network", synth.t0 + 10, synth.t0 + 35, {}, None)
     assert symptoms and all(s.labels == {"node": "node-a"} for s in symptoms)
@@ -532,12 +534,7 @@ def test_a_node_the_fault_lost_itself_does_not_answer_for_a_replica_that_froze_b
             labels={"node": "node-a"},
         ),
     ]
-    unanswered = synth.error_rows(
-        "vllm@replica-1",
-        range(12, 40),
-        "TimeoutError: no answer within 0.8 s",
-        labels={"replica": "replica-1"},
-    )
+    unanswered = unanswered_reads(synth, "replica-1", range(12, 40))
     rows = [
         r
         for r in rows
@@ -599,9 +596,7 @@ def test_a_replica_replaced_before_any_window_judged_it_is_the_failure_beside_th
         for r in platform_rows(synth)
         if not (r.probe == "vllm.healthy" and r.labels == {"replica": "replica-0"} and r.t - synth.t0 in gone)
     ]
-    unanswered = synth.error_rows(
-        "vllm@replica-0", gone, "TimeoutError: no answer within 0.8 s", labels={"replica": "replica-0"}
-    )
+    unanswered = unanswered_reads(synth, "replica-0", gone)
     timeline = synth.timeline(canary_rows(synth, healthy), rows, unanswered, **MARKS)
     allows = frozenset({"replica-1"})
     state = PlatformSteadyState(TIMEOUT_S, PlatformAllowance(allows))
