@@ -667,6 +667,9 @@ def healed_replicas(timeline: Timeline, state: PlatformSteadyState, steady_at: f
         if not replica or replica in state.allows.replicas or not injected.start <= row.t < steady_at:
             continue
         if row.error and row.probe.startswith("vllm"):
+            if replica in state.allows.unread:
+                # The fault may leave its server unread (a slowed link): its requests judge it.
+                continue
             # A busy replica misses a read or two; one that stopped answering misses more in a
             # row (an answered read in between starts the count again).
             missed.setdefault(replica, []).append(row.t)
@@ -681,22 +684,21 @@ def healed_replicas(timeline: Timeline, state: PlatformSteadyState, steady_at: f
 
 def failure_beside(timeline: Timeline, state: PlatformSteadyState, until: float) -> PlatformFailure | None:
     """The first replica the scenario does not allow out that failed after the injection (its
-    server stopped answering, or a request of its failed), though every platform SLO held: the
-    platform put it right before a window judged it. Where the fault's bite could not be judged
-    (it checks that the other replicas stay healthy), the run fails on this replica."""
+    server stopped answering, or a request of its failed), though every platform SLO judged
+    held: the platform put it right before a window judged it, or the run ended (--fail-fast)
+    before one could. A run that failed names it as the failure the scenario did not inject."""
     failed = healed_replicas(timeline, state, until)
-    if not failed:
+    during = phase_windows(timeline).get(Phase.DURING)
+    if not failed or during is None:
         return None
     replica, at = min(failed.items(), key=lambda item: item[1])
-    windows = phase_windows(timeline)
-    during = windows.get(Phase.DURING)
-    phase = Phase.DURING if during is not None and during.contains(at) else Phase.RECOVERY
+    phase = Phase.DURING if during.contains(at) else Phase.RECOVERY
     return PlatformFailure(
         f"{PREFIX}{replica}.answers_{'during' if phase is Phase.DURING else 'after'}",
         phase.value,
         replica,
         at,
-        f"{replica} stopped serving, outside what the fault may take out; the platform replaced or healed it",
+        f"{replica} stopped answering or serving at +{at - during.start:.1f} s, outside what the fault may take out",
     )
 
 

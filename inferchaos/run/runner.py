@@ -843,9 +843,10 @@ class Runner:
             failure = stop_condition_failure(
                 timeline, str(state.stop["name"]), str(state.stop["reason"]), self.platform()
             )
-        if failure is None and status is Status.FAILED and reason.startswith(NO_EFFECT):
-            # Serve may replace a replica it lost before any window judged it, yet the bite,
-            # which checks the other replicas, read it down: the run fails on that replica.
+        if failure is None and status is Status.FAILED:
+            # A replica that stopped answering where no platform window judged it: Serve
+            # replaced it first (the bite, which checks the other replicas, still read it
+            # down), or --fail-fast ended the run before the recovery that would have.
             failure = failure_beside(timeline, self.platform(), time.time())
         if failure is not None and failure.replica is None and failure.phase != Phase.BASELINE.value:
             # Without a replica to single out, a failure after the injection is the fault's own

@@ -483,6 +483,13 @@ def test_a_replica_allowed_unread_is_still_judged_by_its_users_requests(synth: S
     names = {slo.name for slo in spec.slos}
     assert "platform.replica-0.answers_during" not in names and "platform.replica-0.serves_during" in names
     assert "platform.replica-1.answers_during" in names
+    # Nor is a server left unread a replica that stopped answering, healed or beside the fault.
+    unanswered = unanswered_reads(synth, "replica-0", range(10, 30))
+    timeline = synth.timeline(
+        canary_rows(synth, healthy), platform_rows(synth, healthy_0=unread), unanswered, **MARKS
+    )
+    assert healed_replicas(timeline, state, synth.t0 + 40) == {}
+    assert set(healed_replicas(timeline, PlatformSteadyState(TIMEOUT_S), synth.t0 + 40)) == {"replica-0"}
     with pytest.raises(ConfigError, match=r"^platform\.allows\.unread: must be a list of replica names"):
         ensure_platform_is_valid({"allows": {"unread": "replica-0"}})
 
