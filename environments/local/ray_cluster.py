@@ -237,6 +237,38 @@ def unwatched_argv(argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", '"$@" && exec sleep infinity', "ray-head", *argv]
 
 
+# `ray start`'s words when its raylet did not register with the GCS in its fixed 30 s: on two
+# busy cores, two replacement workers started at once can both miss it.
+STARTUP_TIMED_OUT = "timed out during startup"
+STARTUP_ATTEMPTS = 3
+# The script below retries only that failure: ``$1`` is the node's log, the rest its `ray start`.
+# What a failed start left of the node (everything in the shell's process group but the shell
+# and the node's vLLM launcher) is killed first, so that the next try finds its ports free. Any
+# other exit (a node ended by a kill, or one Ray declared dead after a partition) ends the shell
+# with `ray start`'s code, as an exec'd `ray start` would have.
+_RETRY_SCRIPT = f"""log=$1; shift; attempt=1
+while :; do
+  from=$(($(wc -c < "$log") + 1)); "$@"; rc=$?
+  tail -c +"$from" "$log" | grep -q '{STARTUP_TIMED_OUT}' || exit $rc
+  [ $attempt -ge {STARTUP_ATTEMPTS} ] && exit $rc
+  for pid in $(pgrep -g $$); do
+    [ "$pid" = $$ ] && continue
+    case "$(tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null)" in *vllm_launcher*) continue;; esac
+    kill -9 "$pid" 2>/dev/null
+  done
+  attempt=$((attempt + 1)); echo "inferchaos: ray start timed out during startup; try $attempt of {STARTUP_ATTEMPTS}"
+done"""
+
+
+def retrying_startup(argv: list[str], log_path: Path) -> list[str]:
+    """``argv`` (a worker's `ray start --block`) started again where its raylet never registered.
+
+    A replacement node whose start timed out would otherwise leave its replica unplaced until
+    the environment is started again; a node that registered and later ended is never restarted.
+    """
+    return ["/bin/sh", "-c", _RETRY_SCRIPT, "ray-node", str(log_path), *argv]
+
+
 def start_node(
     spec: NodeSpec,
     gcs_address: str,
@@ -252,7 +284,8 @@ def start_node(
     ``watched``: run it under `ray start --block`, which ends the whole node when one of its
     processes dies; False for a head whose GCS may die and be started again (``--gcs-ft``).
     ``network``: where the node lives; inside a namespace, nsenter execs `ray start` there
-    (without forking), so the recorded pid is still the node's process group leader.
+    (without forking), so the recorded pid is still the node's process group leader. A worker's
+    start that timed out before its raylet registered is tried again (:func:`retrying_startup`).
     """
     place = network or NodeNetwork(node_ip=LOOPBACK_NODE_IP, service_host="127.0.0.1")
     ports = allocate_ports(spec.index, spec.is_head, port_slot)
@@ -261,6 +294,8 @@ def start_node(
     log_path = logs_dir / f"ray-{spec.name}.log"
     argv = ray_start_argv(spec, ports, gcs_address, temp_dir, block=watched, node_ip=place.node_ip)
     argv = argv if watched else unwatched_argv(argv)
+    if not spec.is_head:
+        argv = retrying_startup(argv, log_path)
     # Ray's worker processes inherit the raylet's environment: a replica reads there where
     # its vLLM server must listen to be reached from the head, and its node's launcher.
     node_env = {**env, SERVICE_HOST_VAR: place.service_host}
