@@ -746,8 +746,14 @@ def fault_symptoms(
 
     ``lost_a_node``: the fault's own evidence saw Ray mark the node it acted on DEAD (a
     partition longer than Ray's node-death budget). Ray's node counts are then the fault's
-    symptom too, whatever layer the fault is in."""
-    own_rules = [rule for rule in RULES if rule.layer.value == fault_layer]
+    symptom too, whatever layer the fault is in; and only then: a Ray fault that leaks actors or
+    stalls a placement group loses no node, and a node Ray marks DEAD meanwhile is a failure
+    beside it, even where it is the first of Ray's readings to move."""
+    own_rules = [
+        rule
+        for rule in RULES
+        if rule.layer.value == fault_layer and (lost_a_node or rule.probe not in NODE_LOSS_PROBES)
+    ]
     found = triage(
         timeline,
         start,
@@ -758,7 +764,12 @@ def fault_symptoms(
         rules=own_rules,
     )
     symptoms = [s for s in (FaultSymptom.of(found),) if s is not None]
-    if named is not None and named.layer == fault_layer and (symptom := FaultSymptom.of(named)) is not None:
+    if (
+        named is not None
+        and named.layer == fault_layer
+        and (symptom := FaultSymptom.of(named)) is not None
+        and (lost_a_node or symptom.probe not in NODE_LOSS_PROBES)
+    ):
         symptoms.append(symptom)
     if lost_a_node:
         symptoms.append(FaultSymptom(NODE_LOSS_PROBES[0], Condition.RISING.value))

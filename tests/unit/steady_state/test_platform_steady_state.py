@@ -329,7 +329,8 @@ def test_a_survivor_that_hangs_beside_a_lost_node_is_the_engines_failure(synth: 
         "replica-0 stalled",
         {"probe": "canary.success", "condition": "below", "labels": {"replica": "replica-0"}},
     )
-    symptoms = fault_symptoms(timeline, "ray", injected, reverted + 5, {}, scenario_triage)
+    # ray.kill_node: its evidence saw Ray mark the node it killed DEAD.
+    symptoms = fault_symptoms(timeline, "ray", injected, reverted + 5, {}, scenario_triage, lost_a_node=True)
     assert symptoms and all(s.probe.startswith("ray.nodes") for s in symptoms)
     assert triage_failure(timeline, failure, {}, symptoms).layer == "vllm"
     # Without knowing which readings the fault explains, the lost node answers for the hang.
@@ -355,12 +356,42 @@ def test_a_stop_condition_beyond_what_the_fault_allows_is_the_survivors_failure(
     reason = "stop condition front_door_down: mean(canary.success) = 0, needs >= 0.5"
     failure = stop_condition_failure(timeline, "front_door_down", reason, allowed)
     assert failure is not None and (failure.replica, failure.phase) == ("replica-0", "during")
-    symptoms = fault_symptoms(timeline, "ray", synth.t0 + 10, synth.t0 + 20, {}, None)
+    symptoms = fault_symptoms(timeline, "ray", synth.t0 + 10, synth.t0 + 20, {}, None, lost_a_node=True)
     assert triage_failure(timeline, failure, {}, symptoms).layer == "vllm"
     # A fault that may take every replica out, or none, explains a front door that went down.
     everyone = PlatformSteadyState(TIMEOUT_S, PlatformAllowance(frozenset({"replica-0", "replica-1"})))
     assert stop_condition_failure(timeline, "front_door_down", reason, everyone) is None
     assert stop_condition_failure(timeline, "front_door_down", reason, PlatformSteadyState(TIMEOUT_S)) is None
+
+
+def test_a_node_lost_beside_a_ray_fault_that_loses_none_is_rays_failure(synth: Synth) -> None:
+    """The scenario's fault is Ray's and loses no node (its placement group PENDING from +10 s);
+    replica-1's node is lost beside it at +11 s, the first of Ray's readings to move. The
+    fault's own symptom is its PENDING group, not that node: replica-1's failure is Ray's."""
+    n = END + 1
+    nodes = [
+        *synth.rows("ray.nodes_alive", [3.0 if t < 13 else 2.0 for t in range(n)]),
+        *synth.rows("ray.nodes_dead", [0.0 if t < 13 else 1.0 for t in range(n)]),
+    ]
+    rows = [r for r in platform_rows(synth) if r.probe != "ray.nodes_alive"] + nodes
+    rows += unanswered_reads(synth, "replica-1", range(11, END + 1))
+    timeline = synth.timeline(
+        canary_rows(synth, lambda t, r: None if r == "replica-1" and t >= 11 else 1.0), rows, **MARKS
+    )
+    spec, evaluation = judge(timeline)
+    failure = platform_failure(
+        timeline,
+        spec,
+        evaluation.slos,
+        PlatformSteadyState(TIMEOUT_S),
+        (),  # type: ignore[attr-defined]
+    )
+    assert failure is not None and failure.replica == "replica-1"
+    injected, reverted = synth.t0 + MARKS["injected"], synth.t0 + MARKS["reverted"]
+    symptoms = fault_symptoms(timeline, "ray", injected, reverted + 5, {}, None)
+    assert [s.probe for s in symptoms] == ["ray.pending_pgs"], symptoms
+    found = triage_failure(timeline, failure, {}, symptoms)
+    assert found.layer == "ray" and found.evidence["probe"] in ("ray.nodes_dead", "ray.nodes_alive"), found
 
 
 def test_a_run_stops_waiting_once_no_hold_in_the_window_can_still_confirm_recovery(synth: Synth) -> None:
