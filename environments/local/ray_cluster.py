@@ -243,19 +243,20 @@ STARTUP_TIMED_OUT = "timed out during startup"
 STARTUP_ATTEMPTS = 3
 # The script below retries only that failure: ``$1`` is the node's log, the rest its `ray start`.
 # What a failed start left of the node (everything in the shell's process group but the shell
-# and the node's vLLM launcher) is killed first, so that the next try finds its ports free. Any
-# other exit (a node ended by a kill, or one Ray declared dead after a partition) ends the shell
-# with `ray start`'s code, as an exec'd `ray start` would have.
+# and the node's vLLM launcher) is killed first, so that the next try finds its ports free and
+# a raylet left by the last try cannot register later, unwatched. Any other exit (a node ended
+# by a kill, or one Ray declared dead after a partition) ends the shell with `ray start`'s code,
+# as an exec'd `ray start` would have.
 _RETRY_SCRIPT = f"""log=$1; shift; attempt=1
 while :; do
   from=$(($(wc -c < "$log") + 1)); "$@"; rc=$?
   tail -c +"$from" "$log" | grep -q '{STARTUP_TIMED_OUT}' || exit $rc
-  [ $attempt -ge {STARTUP_ATTEMPTS} ] && exit $rc
   for pid in $(pgrep -g $$); do
     [ "$pid" = $$ ] && continue
     case "$(tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null)" in *vllm_launcher*) continue;; esac
     kill -9 "$pid" 2>/dev/null
   done
+  [ $attempt -ge {STARTUP_ATTEMPTS} ] && exit $rc
   attempt=$((attempt + 1)); echo "inferchaos: ray start timed out during startup; try $attempt of {STARTUP_ATTEMPTS}"
 done"""
 

@@ -379,13 +379,8 @@ def test_a_node_lost_beside_a_ray_fault_that_loses_none_is_rays_failure(synth: S
         canary_rows(synth, lambda t, r: None if r == "replica-1" and t >= 11 else 1.0), rows, **MARKS
     )
     spec, evaluation = judge(timeline)
-    failure = platform_failure(
-        timeline,
-        spec,
-        evaluation.slos,
-        PlatformSteadyState(TIMEOUT_S),
-        (),  # type: ignore[attr-defined]
-    )
+    slos = evaluation.slos  # type: ignore[attr-defined]
+    failure = platform_failure(timeline, spec, slos, PlatformSteadyState(TIMEOUT_S), ())
     assert failure is not None and failure.replica == "replica-1"
     injected, reverted = synth.t0 + MARKS["injected"], synth.t0 + MARKS["reverted"]
     symptoms = fault_symptoms(timeline, "ray", injected, reverted + 5, {}, None)
