@@ -29,6 +29,7 @@ from inferchaos.environments.kind.lifecycle import run_kind_script
 from inferchaos.environments.local.env import connect_driver, list_ray_nodes
 from inferchaos.errors import ConfigError, EnvironmentNotUp
 from inferchaos.layers import EnvName
+from inferchaos.primitives import http
 from inferchaos.primitives.capabilities import SaneBaseline
 from inferchaos.primitives.env_status import (
     EnvStatus,
@@ -256,7 +257,7 @@ class K8sEnvironment:
         """Whether the front door serves the model, and the max_model_len it reports."""
         vllm = self.config.vllm
         try:
-            response = httpx.get(f"{vllm.service_url.rstrip('/')}/v1/models", timeout=HTTP_TIMEOUT_S)
+            response = http.get(f"{vllm.service_url.rstrip('/')}/v1/models", timeout=HTTP_TIMEOUT_S)
         except httpx.HTTPError:
             return False, None
         if response.status_code != 200:
@@ -327,6 +328,6 @@ class K8sEnvironment:
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=HTTP_TIMEOUT_S).status_code == 200
+        return http.get(url, timeout=HTTP_TIMEOUT_S).status_code == 200
     except httpx.HTTPError:
         return False

@@ -18,6 +18,7 @@ import httpx
 
 from inferchaos.errors import ConfigError
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.primitives.openai_stream import StreamResult, stream_completion_async
 from inferchaos.steady_state.censoring import censored_labels
 from inferchaos.steady_state.probe_base import Sample
@@ -139,7 +140,7 @@ class CanaryProbe:
         if self._runner is not None:
             return
         if self._client is None:
-            self._client = httpx.AsyncClient()
+            self._client = http.async_client()
         self._runner = asyncio.create_task(self._send_at_rate(phase_s), name="canary-rate")
 
     async def stop(self) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import httpx
 
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.primitives.prometheus_api import instant_query
 from inferchaos.steady_state.probe_base import Sample
 
@@ -52,7 +53,7 @@ class PrometheusAlertsProbe:
         ``alerts.firing_count`` and ``alerts.unscraped`` per metric with no series; ProbeError
         when Prometheus could not answer."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = http.async_client(timeout=self.timeout_s)
         series = await instant_query(self._client, self.url, ALERTS_QUERY, self.timeout_s)
         samples = [
             Sample(f"alerts.{state}", 1.0, {k: v for k, v in s.labels.items() if k not in _DROPPED})

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import httpx
 
+from inferchaos.primitives import http
 from inferchaos.primitives.prometheus_api import PromSeries, instant_query
 
 
@@ -35,7 +36,7 @@ class PromQueries:
     async def answers(self) -> dict[str, list[PromSeries]]:
         """Every query's series, by key; ProbeError when Prometheus could not answer one."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = http.async_client(timeout=self.timeout_s)
         keys = list(self._queries)
         answers = await asyncio.gather(
             *(instant_query(self._client, self.url, self._queries[k], self.timeout_s) for k in keys)

@@ -31,6 +31,7 @@ import httpx
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.primitives.prometheus_api import PromSeries, finite, instant_query, recording_rule_names
 from inferchaos.primitives.vllm_metrics import KV_USAGE, WINDOW_QUANTILES
 from inferchaos.primitives.vllm_promql import (
@@ -185,7 +186,7 @@ class PrometheusVllmSource:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = http.async_client(timeout=self.timeout_s)
         return self._client
 
     async def readings(self) -> dict[str, ReplicaReading]:

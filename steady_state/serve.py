@@ -23,6 +23,7 @@ import httpx
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.steady_state.probe_base import Sample
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class ServeProbe:
     async def read(self) -> list[Sample]:
         """Samples named as in steady_state/catalog.py (``ray.serve_*``); ProbeError on failure."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = http.async_client(timeout=self.timeout_s)
         try:
             response = await self._client.get(self.url, headers=self._auth_headers(), timeout=self.timeout_s)
         except httpx.HTTPError as e:

@@ -19,6 +19,7 @@ import httpx
 
 from inferchaos.errors import ProbeError
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.primitives.vllm_metrics import WINDOW_QUANTILES, VllmSnapshot, parse_metrics
 from inferchaos.steady_state.probe_base import Sample
 
@@ -106,7 +107,7 @@ class VllmProbe:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
+            self._client = http.async_client(timeout=self.timeout_s)
         return self._client
 
     async def _get_metrics(self) -> str:

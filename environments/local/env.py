@@ -54,6 +54,7 @@ from inferchaos.environments.local.redis_store import (
 from inferchaos.environments.local.state import STATE_FILE, LocalEnvState, write_token
 from inferchaos.errors import ConfigError, EnvironmentNotUp, EnvironmentStartError, InferchaosError
 from inferchaos.paths import local_env_dir, short_scratch_dir
+from inferchaos.primitives import http
 from inferchaos.primitives.capabilities import RayEndpoints, SaneBaseline
 from inferchaos.primitives.cpu_quota import remove_empty_slow_groups
 from inferchaos.primitives.env_status import (
@@ -507,7 +508,7 @@ class LocalEnvironment:
         last = ""
         while time.monotonic() < deadline:
             try:
-                response = httpx.get(f"{state.front_door_url}/v1/models", timeout=5.0)
+                response = http.get(f"{state.front_door_url}/v1/models", timeout=5.0)
                 if response.status_code == 200:
                     return
                 last = f"HTTP {response.status_code}"
@@ -668,7 +669,7 @@ class LocalEnvironment:
             if r.state != "stopped"
         ]
         try:
-            fd_ok = httpx.get(f"{state.front_door_url}/v1/models", timeout=5.0).status_code == 200
+            fd_ok = http.get(f"{state.front_door_url}/v1/models", timeout=5.0).status_code == 200
         except httpx.HTTPError:
             fd_ok = False
         return EnvStatus(

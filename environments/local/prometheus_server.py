@@ -31,6 +31,7 @@ import psutil
 import yaml
 
 from inferchaos.errors import ConfigError, EnvironmentStartError
+from inferchaos.primitives import http
 from inferchaos.primitives.alert_rules import AlertLabels, alert_rules_yaml
 from inferchaos.primitives.env_status import PrometheusStatus
 from inferchaos.primitives.processes import spawn_server
@@ -212,7 +213,7 @@ def wait_ready(url: str, timeout_s: float, pid: int) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/-/ready", timeout=2.0).status_code == 200:
+            if http.get(f"{url}/-/ready", timeout=2.0).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass  # not listening yet

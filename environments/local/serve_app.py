@@ -43,6 +43,7 @@ from inferchaos.environments.local.vllm_launcher import (
     vllm_env,
 )
 from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives import http
 from inferchaos.primitives.cpu_quota import Throttling, find_cpu_controller, own_group_throttling
 from inferchaos.primitives.memory_budget import (
     PROCS,
@@ -226,7 +227,7 @@ class VLLMReplica:
         self._record.state = "healthy"
         self._record.ready_at = time.time()
         self._record.save(replicas_dir)
-        self._client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None, connect=5.0))
+        self._client = http.async_client(base_url=url, timeout=httpx.Timeout(None, connect=5.0))
 
     def _start_server(self, host: str, log_path: Path) -> int:
         """Start the vLLM server in this replica's budget; its pid (its process group's too).
@@ -256,7 +257,7 @@ class VLLMReplica:
 
     def _wait_healthy(self, url: str) -> None:
         deadline = time.monotonic() + self._launch.startup_timeout_s
-        with httpx.Client(timeout=2.0) as client:
+        with http.client(timeout=2.0) as client:
             while time.monotonic() < deadline:
                 if not self._server_alive():
                     self._record.state = "failed"
@@ -285,7 +286,7 @@ class VLLMReplica:
         once 1.2 s under load, against 0.03 s warm); a restarted replica's first users would pay it.
         """
         body = {"model": self._launch.served_model_name, "prompt": "warm up", "max_tokens": WARM_UP_TOKENS}
-        with httpx.Client(timeout=WARM_UP_TIMEOUT_S) as client:
+        with http.client(timeout=WARM_UP_TIMEOUT_S) as client:
             for _ in range(WARM_UP_REQUESTS):
                 try:
                     client.post(f"{url}/v1/completions", json=body).raise_for_status()

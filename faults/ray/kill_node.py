@@ -28,6 +28,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.local_process import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.primitives.capabilities import RayProcessEnvironment
 from inferchaos.primitives.processes import kill_tree_now
 from inferchaos.primitives.ray_nodes import RayNodeRecord
@@ -55,7 +56,7 @@ class KillNodeParams:
 
 def _endpoint_answers(url: str) -> bool:
     try:
-        httpx.get(f"{url}/health", timeout=1.0)
+        http.get(f"{url}/health", timeout=1.0)
     except httpx.HTTPError:
         return False
     return True

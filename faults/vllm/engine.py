@@ -29,6 +29,7 @@ from inferchaos.faults.local_process import LocalProcessFault
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.targets import healthy_replica
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.primitives.capabilities import RayProcessEnvironment
 from inferchaos.primitives.replica_slots import ReplicaRecord
 
@@ -52,7 +53,7 @@ class KillEngineParams:
 def _health_status(url: str) -> int | None:
     """HTTP status of /health, or None when nothing answers."""
     try:
-        return httpx.get(f"{url}/health", timeout=2.0).status_code
+        return http.get(f"{url}/health", timeout=2.0).status_code
     except httpx.HTTPError:
         return None
 

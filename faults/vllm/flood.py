@@ -25,6 +25,7 @@ from inferchaos.faults.ledger import Ledger
 from inferchaos.faults.registry import register
 from inferchaos.faults.vllm.targets import FRONT_DOOR, VllmTarget, resolve_target, served_max_model_len
 from inferchaos.layers import Layer
+from inferchaos.primitives import http
 from inferchaos.primitives.capabilities import StatusEnvironment
 from inferchaos.primitives.openai_stream import stream_completion
 from inferchaos.primitives.vllm_metrics import VllmSnapshot, parse_metrics
@@ -129,7 +130,7 @@ def _prompt(words: int, seed: int) -> str:
 
 def _count_tokens(url: str, model: str, text: str) -> int:
     try:
-        response = httpx.post(f"{url}/tokenize", json={"model": model, "prompt": text}, timeout=10)
+        response = http.post_json(f"{url}/tokenize", {"model": model, "prompt": text}, timeout=10)
         response.raise_for_status()
         return int(response.json()["count"])
     except (httpx.HTTPError, KeyError, ValueError) as e:
@@ -137,7 +138,7 @@ def _count_tokens(url: str, model: str, text: str) -> int:
 
 
 def _read_snapshot(url: str) -> VllmSnapshot:
-    return parse_metrics(httpx.get(url, timeout=5).text)
+    return parse_metrics(http.get(url, timeout=5).text)
 
 
 class _FloodThread(threading.Thread):
@@ -172,7 +173,7 @@ class _FloodThread(threading.Thread):
         self._ready.set()
         self.obs.started_at = time.time()
         limits = httpx.Limits(max_connections=s.concurrency + 4, max_keepalive_connections=0)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), limits=limits) as client:
+        async with http.async_client(timeout=httpx.Timeout(None, connect=5.0), limits=limits) as client:
             gate = asyncio.Semaphore(s.concurrency)
             monitor = asyncio.create_task(self._monitor(client))
             launcher = asyncio.create_task(self._launch(client, gate))

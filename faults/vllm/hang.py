@@ -48,6 +48,7 @@ from inferchaos.faults.vllm.replica_processes import (
 from inferchaos.faults.vllm.targets import healthy_replica
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue, seconds
+from inferchaos.primitives import http
 from inferchaos.primitives.capabilities import RayProcessEnvironment
 from inferchaos.primitives.replica_slots import ReplicaRecord
 from inferchaos.primitives.vllm_metrics import parse_metrics
@@ -84,7 +85,7 @@ class HangEngineParams:
 def read_health(url: str) -> tuple[int | None, str]:
     """The status of ``url``/health, or None and what went wrong (never raises)."""
     try:
-        return httpx.get(f"{url}/health", timeout=HTTP_TIMEOUT_S).status_code, ""
+        return http.get(f"{url}/health", timeout=HTTP_TIMEOUT_S).status_code, ""
     except httpx.TimeoutException:
         return None, f"/health did not answer within {HTTP_TIMEOUT_S:g} s"
     except httpx.HTTPError as e:
@@ -94,7 +95,7 @@ def read_health(url: str) -> tuple[int | None, str]:
 def read_progress(metrics_url: str) -> JsonObject:
     """Generated tokens so far and requests in flight from a replica's /metrics, or ``error`` (never raises)."""
     try:
-        response = httpx.get(metrics_url, timeout=HTTP_TIMEOUT_S)
+        response = http.get(metrics_url, timeout=HTTP_TIMEOUT_S)
         response.raise_for_status()
         snapshot = parse_metrics(response.text)
     except httpx.TimeoutException:

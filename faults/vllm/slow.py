@@ -85,7 +85,7 @@ from inferchaos.faults.vllm.replica_processes import (
 from inferchaos.faults.vllm.targets import healthy_replica
 from inferchaos.layers import Layer
 from inferchaos.params import InvalidValue, seconds
-from inferchaos.primitives import cpu_quota
+from inferchaos.primitives import cpu_quota, http
 from inferchaos.primitives.capabilities import RayProcessEnvironment
 from inferchaos.primitives.cpu_quota import CpuController, CpuQuotaError
 from inferchaos.primitives.openai_stream import StreamResult, stream_completion
@@ -292,7 +292,7 @@ def restore_cgroup(state: dict[str, Any]) -> tuple[list[int], bool]:
 def _served_model(url: str) -> str:
     """The model the replica serves, from its own /v1/models."""
     try:
-        response = httpx.get(f"{url}/v1/models", timeout=HTTP_TIMEOUT_S)
+        response = http.get(f"{url}/v1/models", timeout=HTTP_TIMEOUT_S)
         response.raise_for_status()
         return str(response.json()["data"][0]["id"])
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import httpx
 
 from inferchaos.errors import ConfigError, FaultError
+from inferchaos.primitives import http
 from inferchaos.primitives.capabilities import RayProcessEnvironment, StatusEnvironment
 from inferchaos.primitives.replica_slots import ReplicaRecord
 
@@ -63,7 +64,7 @@ def healthy_replica(
 def served_max_model_len(url: str, model: str) -> int:
     """The context length the server really serves, from its /v1/models."""
     try:
-        data = httpx.get(f"{url}/v1/models", timeout=10).json()
+        data = http.get(f"{url}/v1/models", timeout=10).json()
     except (httpx.HTTPError, ValueError) as e:
         raise FaultError(f"could not read {url}/v1/models: {e}") from e
     for entry in data.get("data", []):

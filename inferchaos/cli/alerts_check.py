@@ -20,9 +20,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import httpx
-
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
+from inferchaos.primitives import http
 from inferchaos.primitives.alert_rules import CLUSTER, Alert, AlertLabels, alerts
 from inferchaos.primitives.prometheus_api import PromRule, loaded_rules
 from inferchaos.primitives.vllm_metrics import OLDER_NAMES
@@ -201,7 +200,7 @@ def check_alerts(prometheus: str, suite: str, timeout_s: float = RULES_TIMEOUT_S
     base = prometheus_base_url(prometheus)
     used = suite_faults(suite)
     try:
-        with httpx.Client() as client:
+        with http.client() as client:
             rules = loaded_rules(client, base, timeout_s)
     except ProbeError as e:
         # One line, whatever the transport's message holds.

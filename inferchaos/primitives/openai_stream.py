@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from inferchaos.primitives import http
+
 
 @dataclass
 class StreamResult:
@@ -193,7 +195,7 @@ def stream_completion(
     import asyncio
 
     async def run() -> StreamResult:
-        async with httpx.AsyncClient() as client:
+        async with http.async_client() as client:
             return await stream_completion_async(
                 client, base_url, model, prompt, max_tokens, timeout_s, extra
             )

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from inferchaos.errors import EnvironmentStartError
+from inferchaos.primitives import http
 
 
 @dataclass
@@ -93,6 +94,6 @@ def last_health_check_passed(replicas_dir: Path, name: str) -> bool:
 def replica_healthy(record: ReplicaRecord, timeout_s: float = 2.0) -> bool:
     """True when the replica's own vLLM answers /health with 200."""
     try:
-        return httpx.get(f"{record.url}/health", timeout=timeout_s).status_code == 200
+        return http.get(f"{record.url}/health", timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
         return False

@@ -27,6 +27,7 @@ import httpx
 
 from inferchaos.environments.k8s_env import K8sEnvironment
 from inferchaos.errors import ConfigError, EnvironmentError_, ProbeError
+from inferchaos.primitives import http
 from inferchaos.primitives.kube.access import review_access
 from inferchaos.primitives.kube.api import api_errors, object_name, read_if_exists
 from inferchaos.primitives.kube.kube_errors import K8sError
@@ -205,7 +206,7 @@ def _ray(env: K8sEnvironment, timeout_s: float) -> list[PreflightItem]:
     ]
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = ray.dashboard_url.rstrip("/")
-    with httpx.Client(timeout=timeout_s, headers=headers) as client:
+    with http.client(timeout=timeout_s, headers=headers) as client:
         items.append(_ray_version(client, base))
         items.append(_ray_state_api(client, base))
     return items
@@ -284,7 +285,7 @@ def _replicas(env: K8sEnvironment, timeout_s: float) -> list[PreflightItem]:
             )
         ]
     items = []
-    with httpx.Client(timeout=timeout_s) as client:
+    with http.client(timeout=timeout_s) as client:
         for pod in pods:
             name = object_name(pod)
             if not (pod.status and pod.status.pod_ip):

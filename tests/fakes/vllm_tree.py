@@ -20,6 +20,7 @@ import httpx
 import psutil
 
 from inferchaos.faults.base import wait_until
+from inferchaos.primitives import http
 from inferchaos.primitives.processes import descendants, free_port
 from tests.fakes.replica_env import FakeReplicaEnv
 from tests.fakes.vllm_process_tree import ENGINE_TITLE
@@ -59,7 +60,7 @@ def roles(server_pid: int) -> dict[str, int]:
 def answers(url: str) -> bool:
     """Whether the stand-in server answers /health with 200 within a second."""
     try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        return http.get(f"{url}/health", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from inferchaos.environments.local.env import LocalEnvironment
+from inferchaos.primitives import http
 from inferchaos.primitives.openai_stream import replicas_served
 from tests.skips import host_lacks, require
 
@@ -14,7 +15,7 @@ def healthy_replica_names(env: LocalEnvironment) -> set[str]:
     healthy = set()
     for record in env.replica_records():
         try:
-            if record.state == "healthy" and httpx.get(f"{record.url}/health", timeout=2).status_code == 200:
+            if record.state == "healthy" and http.get(f"{record.url}/health", timeout=2).status_code == 200:
                 healthy.add(record.name)
         except httpx.HTTPError:
             continue

@@ -26,6 +26,7 @@ from inferchaos.environments.local.prometheus_server import (
     wait_ready,
 )
 from inferchaos.faults.base import wait_until
+from inferchaos.primitives import http
 from inferchaos.primitives.processes import free_port, spawn_server
 from inferchaos.primitives.vllm_metrics import HISTOGRAMS
 from tests.skips import needs_package
@@ -186,6 +187,6 @@ def end_group(pid: int) -> None:
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=1.0).status_code == 200
+        return http.get(url, timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False

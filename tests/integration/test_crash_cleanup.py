@@ -24,6 +24,7 @@ from env_checks import skip_unless_on_netns, stopped_processes, wait_until_whole
 
 from inferchaos.environments.local.env import LocalEnvironment
 from inferchaos.faults.ledger import Ledger
+from inferchaos.primitives import http
 from inferchaos.primitives.vllm_metrics import parse_metrics
 from tests.skips import host_lacks
 
@@ -142,7 +143,7 @@ def _slow_groups_left(env: LocalEnvironment) -> list[str]:
 def _queues_empty(env: LocalEnvironment) -> bool:
     for record in env.replica_records():
         try:
-            snapshot = parse_metrics(httpx.get(record.metrics_url, timeout=2).text)
+            snapshot = parse_metrics(http.get(record.metrics_url, timeout=2).text)
         except httpx.HTTPError:
             return False
         if snapshot.waiting or snapshot.running:
