@@ -12,6 +12,9 @@ STAMP := $(VENV)/.inferchaos-installed
 #   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 TORCH_ARGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+# Some hosts set PYTHONDONTWRITEBYTECODE: every process of a run or a test session would then
+# compile inferchaos' modules (and pytest rewrite each test file) again. Write .pyc here.
+unexport PYTHONDONTWRITEBYTECODE
 # Extra flags for `inferchaos gameday` / pytest, e.g. GAMEDAY_ARGS=--strict, PYTEST_ARGS="-k env".
 GAMEDAY_ARGS ?=
 PYTEST_ARGS ?=
