@@ -16,6 +16,11 @@ from collections.abc import Mapping
 import httpx
 
 TimeoutTypes = float | httpx.Timeout | None
+# What httpx.Client and httpx.AsyncClient use when given none (httpx._config keeps them
+# private; ``httpx.Limits()`` alone means no limit): a call site that names neither keeps
+# httpx's behaviour.
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 
 
 @functools.cache
@@ -34,20 +39,20 @@ def post_json(url: str, body: object, *, timeout: TimeoutTypes) -> httpx.Respons
     return httpx.post(url, json=body, timeout=timeout, verify=tls_context())
 
 
-def client(*, timeout: TimeoutTypes = 5.0, headers: Mapping[str, str] | None = None) -> httpx.Client:
+def client(
+    *, timeout: TimeoutTypes = DEFAULT_TIMEOUT_S, headers: Mapping[str, str] | None = None
+) -> httpx.Client:
     """An ``httpx.Client`` through the shared TLS context."""
     return httpx.Client(timeout=timeout, headers=headers, verify=tls_context())
 
 
 def async_client(
-    *, timeout: TimeoutTypes = 5.0, base_url: str = "", limits: httpx.Limits | None = None
+    *, timeout: TimeoutTypes = DEFAULT_TIMEOUT_S, base_url: str = "", limits: httpx.Limits | None = None
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` through the shared TLS context."""
     return httpx.AsyncClient(
         timeout=timeout,
         base_url=base_url,
-        limits=limits
-        if limits is not None
-        else httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        limits=limits if limits is not None else DEFAULT_LIMITS,
         verify=tls_context(),
     )

@@ -7,6 +7,7 @@ import ssl
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from inferchaos.primitives import http
@@ -46,3 +47,16 @@ def test_the_shared_context_verifies_certificates_and_host_names() -> None:
     context = http.tls_context()
     assert context.verify_mode is ssl.CERT_REQUIRED
     assert context.check_hostname is True
+
+
+def test_a_client_that_names_no_timeout_or_limits_keeps_httpx_own() -> None:
+    # httpx keeps its defaults private; an upgrade that changes them must change these too.
+    from httpx import _config
+
+    assert httpx.Timeout(http.DEFAULT_TIMEOUT_S) == _config.DEFAULT_TIMEOUT_CONFIG
+    ours, theirs = http.DEFAULT_LIMITS, _config.DEFAULT_LIMITS
+    assert (ours.max_connections, ours.max_keepalive_connections, ours.keepalive_expiry) == (
+        theirs.max_connections,
+        theirs.max_keepalive_connections,
+        theirs.keepalive_expiry,
+    )
